@@ -1,0 +1,19 @@
+"""Configuration: embedded defaults < config file < ``STREAMLING__…`` environment variables."""
+
+from streamling.config.settings import (
+    PostgresConnection,
+    PostgresSinkSettings,
+    Settings,
+    load_settings,
+    mask_secrets,
+    normalize_sink_name,
+)
+
+__all__ = [
+    "PostgresConnection",
+    "PostgresSinkSettings",
+    "Settings",
+    "load_settings",
+    "mask_secrets",
+    "normalize_sink_name",
+]

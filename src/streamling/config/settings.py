@@ -1,0 +1,244 @@
+"""Typed settings: embedded defaults < config file < ``STREAMLING__…`` environment.
+
+The keys and defaults are Streamling's where they apply, so an existing ``config.yaml`` and the
+same environment variables keep working. Unknown top-level keys are kept (a config written for
+connectors this build does not use must still load) but typed sections reject typos.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from streamling.errors import StreamlingError
+
+ENV_PREFIX = "STREAMLING__"
+_SECRET_KEYS = re.compile(r"(pass(word)?|secret|token|sasl_password|api_key|credentials?)$", re.I)
+MASK = "***"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class SparkSettings(_Section):
+    master: str = "local[*]"
+    shuffle_partitions: int = 2
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class SqliteStateSettings(_Section):
+    database_path: str = "./state.db"
+
+
+class PostgresStateSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = 5432
+    db: str = "streamling"
+    user: str = "graph-node"
+    password: str | None = None
+    sslmode: str = "require"
+    max_connections: int = 4
+    state_schema_name: str = "streamling"
+    state_table_name: str = "state"
+
+
+class StateBackendSettings(_Section):
+    backend_type: str = "InMemory"
+    sqlite: SqliteStateSettings = Field(default_factory=SqliteStateSettings)
+    postgres: PostgresStateSettings = Field(default_factory=PostgresStateSettings)
+
+    @field_validator("backend_type")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        norm = normalize_backend(value)
+        if norm not in {"inmemory", "sqlite", "postgres"}:
+            raise ValueError(f"unknown state backend {value!r}; use InMemory, Sqlite or Postgres")
+        return value
+
+
+class PostgresConnection(_Section):
+    host: str = "127.0.0.1"
+    port: int = 5432
+    user: str = "graph-node"
+    pass_: str | None = Field(default=None, alias="pass")
+    db: str = "postgres"
+    sslmode: str = "disable"
+
+    def conninfo(self) -> str:
+        """libpq keyword string; the password is passed separately so it never lands in logs."""
+        parts = {"host": self.host, "port": str(self.port), "user": self.user, "dbname": self.db,
+                 "sslmode": self.sslmode}
+        if self.pass_:
+            parts["password"] = self.pass_
+        return " ".join(f"{k}={_quote_libpq(v)}" for k, v in parts.items())
+
+    def describe(self) -> str:
+        return f"postgres://{self.user}@{self.host}:{self.port}/{self.db}"
+
+
+class PostgresSinkSettings(PostgresConnection):
+    batch_flush_interval: str = "1s"
+    batch_size: int = 100
+    statement_timeout_secs: int = 60
+    pool_acquire_timeout_secs: int = 30
+    pool_idle_timeout_secs: int = 600
+    pool_max_lifetime_secs: int = 1800
+
+
+class PrintSinkSettings(_Section):
+    sample_every: int = Field(default=1, ge=1)
+
+
+class RetrySettings(_Section):
+    max_attempts: int = Field(default=8, ge=1)
+    initial_backoff_ms: int = 200
+    max_backoff_ms: int = 10000
+
+
+class Settings(BaseModel):
+    """The whole runtime configuration."""
+
+    model_config = ConfigDict(extra="allow")
+
+    application_id: str = "local_app_v1"
+    log_format: Literal["text", "json"] = "text"
+    pipeline_definition_location: str = "./pipeline.yaml"
+    record_batch_interval_ms: int = 100
+    record_batch_size: int = 1000
+    checkpoint_interval_sec: float = Field(default=5, ge=0)
+    enforce_primary_keys: bool = False
+    num_records_before_stop: int | None = Field(default=None, ge=1)
+    job_mode: bool = False
+    drain_policy: Literal["auto", "drain", "fast"] = "auto"
+    state_dir: str = "./.streamling"
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    state_backend: StateBackendSettings = Field(default_factory=StateBackendSettings)
+    postgres_sink: PostgresSinkSettings = Field(default_factory=PostgresSinkSettings)
+    postgres_sink_connections: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    print_sink: PrintSinkSettings = Field(default_factory=PrintSinkSettings)
+    retry: RetrySettings = Field(default_factory=RetrySettings)
+
+    def postgres_connection_for(self, sink_name: str) -> PostgresSinkSettings:
+        """The sink's connection: ``postgres_sink`` overlaid with its per-sink override.
+
+        ``STREAMLING__POSTGRES_SINK_CONNECTIONS__<SINK>__HOST`` etc. let two sinks write to
+        different databases; the sink name is normalised as Streamling does.
+        """
+        override = self.postgres_sink_connections.get(normalize_sink_name(sink_name), {})
+        merged = {**self.postgres_sink.model_dump(by_alias=True), **override}
+        return PostgresSinkSettings.model_validate(merged)
+
+    def masked(self) -> dict[str, Any]:
+        """A JSON-able dump with every secret replaced by ``***`` (for logs and widgets)."""
+        return mask_secrets(self.model_dump(by_alias=True))
+
+
+def normalize_backend(value: str) -> str:
+    return re.sub(r"[^a-z]", "", value.lower())
+
+
+def normalize_sink_name(name: str) -> str:
+    """Lower-case, non-alphanumerics to ``_``, runs collapsed, ends trimmed (Streamling's rule)."""
+    return re.sub(r"_+", "_", re.sub(r"[^a-z0-9]", "_", name.lower())).strip("_")
+
+
+def mask_secrets(value: Any, key: str = "") -> Any:
+    if isinstance(value, Mapping):
+        return {k: mask_secrets(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_secrets(v, key) for v in value]
+    if value not in (None, "") and _SECRET_KEYS.search(key):
+        return MASK
+    return value
+
+
+def _quote_libpq(value: str) -> str:
+    if value and re.fullmatch(r"[A-Za-z0-9_.:/@-]+", value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``STREAMLING__A__B=v`` → ``{"a": {"b": "v"}}`` (lower-cased; ``__`` nests)."""
+    tree: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX:
+            continue
+        parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__") if p]
+        if not parts:
+            continue
+        if parts[0] == "postgres_sink_connections" and len(parts) == 3:
+            parts[1] = normalize_sink_name(parts[1])
+        node = tree
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        node[parts[-1]] = value
+    return tree
+
+
+def _default_tree() -> dict[str, Any]:
+    text = resources.files("streamling.config").joinpath("default_config.yaml").read_text()
+    return yaml.safe_load(text) or {}
+
+
+def find_config_file(name: str | None, cwd: Path | None = None) -> Path | None:
+    """``--config NAME``: NAME itself, else NAME.yaml / .yml / .json. A missing file is fine
+    (Streamling's rule): the defaults and the environment still apply."""
+    base = (cwd or Path.cwd()) / (name or "config")
+    candidates = [base] if base.suffix in {".yaml", ".yml", ".json"} else []
+    candidates += [base.with_name(base.name + ext) for ext in (".yaml", ".yml", ".json")]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def load_settings(
+    config_name: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Build settings from the three layers (plus explicit overrides from code, highest)."""
+    tree = _default_tree()
+    path = find_config_file(config_name, cwd)
+    if path is not None:
+        try:
+            text = path.read_text()
+            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise StreamlingError(f"cannot read config file {path}: {exc}", code="config_invalid",
+                                  hint="fix the file's syntax") from exc
+        if data is not None and not isinstance(data, Mapping):
+            raise StreamlingError(f"config file {path} must hold a mapping of keys", code="config_invalid")
+        tree = _deep_merge(tree, data or {})
+    tree = _deep_merge(tree, env_overrides(os.environ if environ is None else environ))
+    if overrides:
+        tree = _deep_merge(tree, overrides)
+    try:
+        return Settings.model_validate(tree)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise StreamlingError(f"invalid configuration: {problems}", code="config_invalid",
+                              hint="fix config.yaml or the STREAMLING__… variable named here") from exc

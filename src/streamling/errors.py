@@ -1,0 +1,140 @@
+"""One error type for everything a user can see.
+
+A ``StreamlingError`` says what was being attempted, on which node, and what to do. Two flags
+drive behaviour elsewhere: ``user`` (a problem in the pipeline, config or data: ``--validate``
+reports it as ``is_valid: false``, and no Java stack trace is shown) and ``retriable`` (a
+transient failure such as a refused connection: sinks retry it with backoff).
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where in the pipeline file a problem sits (``sources.orders.topic``, line 7)."""
+
+    path: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.path} (line {self.line})" if self.line else self.path
+
+
+class StreamlingError(Exception):
+    """A failure with a human message, a node, flags and a context chain."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        node: str | None = None,
+        node_kind: str | None = None,
+        user: bool = True,
+        retriable: bool = False,
+        code: str = "error",
+        hint: str | None = None,
+        location: Location | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.node = node
+        self.node_kind = node_kind
+        self.user = user
+        self.retriable = retriable
+        self.code = code
+        self.hint = hint
+        self.location = location
+        self.context: list[str] = []
+        if cause is not None:
+            self.__cause__ = cause
+
+    @property
+    def internal(self) -> bool:
+        return not self.user
+
+    def add_context(self, what: str) -> StreamlingError:
+        """Record what the caller was doing; printed as a ``while …`` chain."""
+        self.context.append(what)
+        return self
+
+    def headline(self) -> str:
+        """One line: ``postgres sink 'out': cannot connect … — start Postgres or fix host``."""
+        prefix = ""
+        if self.node:
+            prefix = f"{self.node_kind + ' ' if self.node_kind else ''}'{self.node}': "
+        where = f" [{self.location}]" if self.location else ""
+        hint = f" — {self.hint}" if self.hint else ""
+        return f"{prefix}{self.message}{where}{hint}"
+
+    def __str__(self) -> str:
+        lines = [self.headline()]
+        lines.extend(f"  while {c}" for c in self.context)
+        return "\n".join(lines)
+
+    def describe(self, debug: bool = False) -> str:
+        """The message plus its cause chain (``Caused by:``); Java traces only when ``debug``."""
+        out = [str(self)]
+        cause = self.__cause__
+        while cause is not None:
+            text = str(cause) if debug else _first_line(str(cause))
+            out.append(f"Caused by: {type(cause).__name__}: {text}")
+            cause = cause.__cause__
+        return "\n".join(out)
+
+
+class ValidationError(StreamlingError):
+    """Every problem found in a pipeline at once, each with its YAML path and line."""
+
+    def __init__(self, problems: Sequence[StreamlingError]) -> None:
+        self.problems = list(problems)
+        count = len(self.problems)
+        body = "\n".join(f"  - {p.headline()}" for p in self.problems)
+        super().__init__(f"pipeline is invalid ({count} problem{'s' if count != 1 else ''}):\n{body}",
+                         code="invalid_pipeline")
+
+    def headline(self) -> str:
+        return self.message
+
+
+def _first_line(text: str) -> str:
+    """Drop Java stack frames: keep the first line of a JVM exception message."""
+    for line in text.strip().splitlines():
+        if line.strip():
+            return line.strip()
+    return text
+
+
+_RETRIABLE_ERRNOS = {
+    errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.ENOTCONN,
+    errno.ETIMEDOUT, errno.EINTR, errno.EPIPE, errno.EHOSTUNREACH,
+}
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Transient by nature: connection refused/reset/aborted, timeouts, interrupted calls."""
+    if isinstance(exc, StreamlingError):
+        return exc.retriable
+    if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
+        return True
+    if isinstance(exc, OSError) and exc.errno in _RETRIABLE_ERRNOS:
+        return True
+    return False
+
+
+def java_message(exc: BaseException) -> str:
+    """A readable one-liner for an exception that may come from the JVM through py4j."""
+    getter = getattr(exc, "getMessage", None)
+    if callable(getter):
+        try:
+            msg = getter()
+            if msg:
+                return _first_line(str(msg))
+        except Exception:  # noqa: BLE001 - the message is best effort
+            pass
+    return _first_line(str(exc))

@@ -1,0 +1,102 @@
+"""Base classes for the runtime side of each node kind.
+
+A *source* produces a streaming DataFrame; a *transform* maps the DataFrames of its upstream
+nodes to one DataFrame inside each micro-batch; a *sink* durably writes one micro-batch and
+returns only once it is flushed. Together they run inside one ``foreachBatch`` per flow, which is
+what makes a source advance only after every sink of the flow has flushed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from streamling.config import Settings
+from streamling.errors import StreamlingError
+from streamling.spec.pipeline import NodeSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+GS_OP = "_gs_op"
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One micro-batch of one flow. ``epoch_id`` is Spark's batch id: a replay keeps it."""
+
+    epoch_id: int
+    flow: str
+    application_id: str
+    query_id: str = ""
+    sink_token: str = ""  # stable per (application, flow, checkpoint) for idempotent writers
+
+
+@dataclass
+class NodeContext:
+    """What every runtime node gets: its spec, settings, effective primary key and a scratch dir."""
+
+    spec: NodeSpec
+    settings: Settings
+    primary_key: list[str] = field(default_factory=list)
+    state_dir: str = "./.streamling"
+    dry_run: bool = False
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def error(self, message: str, **kwargs: Any) -> StreamlingError:
+        return self.spec.error(message, **kwargs)
+
+
+class Node(ABC):
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        self.options = ctx.spec.options
+
+    @property
+    def name(self) -> str:
+        return self.ctx.name
+
+
+class Source(Node):
+    """Produces the streaming DataFrame the flow's query reads. Always carries ``_gs_op``."""
+
+    #: True when the source ends by itself (bounded file, bounded generate): the flow then runs
+    #: with ``availableNow`` and the process exits once everything is drained.
+    bounded: bool = False
+
+    @abstractmethod
+    def read_stream(self, spark: SparkSession) -> DataFrame:
+        """The streaming DataFrame for this source."""
+
+    def on_finalized(self, epoch: Epoch, end_offset: Any) -> None:  # noqa: B027 - optional hook
+        """Called after Spark committed the epoch: copy offsets to the state backend etc."""
+
+    def state_key(self) -> str:
+        return f"{self.ctx.spec.type}:{self.name}"
+
+
+class Transform(Node):
+    """DataFrame → DataFrame over one micro-batch (stateless)."""
+
+    @abstractmethod
+    def apply(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None) -> DataFrame:
+        """Compute this node's output from its upstream DataFrames (keyed by node name)."""
+
+
+class Sink(Node):
+    """Writes each micro-batch; ``write`` returns only once the rows are durable."""
+
+    def open(self, spark: SparkSession) -> None:  # noqa: B027 - optional hook
+        """Prepare before the first epoch (connect, create tables). Not called on dry runs."""
+
+    @abstractmethod
+    def write(self, df: DataFrame, epoch: Epoch) -> int:
+        """Write the batch; return the number of rows the sink received."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; called once when the flow stops."""

@@ -1,0 +1,95 @@
+"""YAML loading that remembers where every key came from, so errors can cite a line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from streamling.errors import Location, StreamlingError
+
+
+@dataclass
+class LoadedDocument:
+    """Plain data plus ``path → line`` for every mapping key and sequence item."""
+
+    data: Any
+    lines: dict[str, int] = field(default_factory=dict)
+    source: str = "<pipeline>"
+
+    def line(self, path: str) -> int | None:
+        """The line of ``path`` or of its nearest ancestor that has one."""
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path.rpartition(".")[0]
+        return None
+
+    def location(self, path: str) -> Location:
+        return Location(path or "<root>", self.line(path))
+
+
+def _join(prefix: str, key: object) -> str:
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+def _walk(node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = _scalar(key_node)
+            child = _join(path, key)
+            lines[child] = key_node.start_mark.line + 1
+            out[key] = _walk(value_node, child, lines)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        items = []
+        for i, item in enumerate(node.value):
+            child = _join(path, i)
+            lines[child] = item.start_mark.line + 1
+            items.append(_walk(item, child, lines))
+        return items
+    return _scalar(node)
+
+
+_CONSTRUCTOR = yaml.SafeLoader("")
+
+
+def _scalar(node: yaml.Node) -> Any:
+    return _CONSTRUCTOR.construct_object(node, deep=True)
+
+
+def parse_yaml(text: str, source: str = "<pipeline>") -> LoadedDocument:
+    """Parse one YAML document; a syntax error names the line and column."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark else None
+        col = f", column {mark.column + 1}" if mark else ""
+        raise StreamlingError(
+            f"{source} is not valid YAML: {exc.problem or exc}{col}",
+            location=Location("<root>", line), code="yaml_syntax",
+            hint="fix the indentation or quoting at that line",
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise StreamlingError(f"{source} is not valid YAML: {exc}", code="yaml_syntax") from exc
+    lines: dict[str, int] = {}
+    data = _walk(root, "", lines) if root is not None else None
+    return LoadedDocument(data=data, lines=lines, source=source)
+
+
+def load_yaml_file(path: str | Path) -> LoadedDocument:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError as exc:
+        raise StreamlingError(
+            f"pipeline file {p} does not exist", code="pipeline_missing",
+            hint="pass a pipeline file or set pipeline_definition_location",
+        ) from exc
+    except OSError as exc:
+        raise StreamlingError(f"cannot read pipeline file {p}: {exc}", code="pipeline_unreadable") from exc
+    return parse_yaml(text, source=str(p))

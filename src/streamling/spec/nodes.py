@@ -1,0 +1,197 @@
+"""Options models for the built-in node types, keyed by their YAML ``type``.
+
+These are plain pydantic models (no Spark): validation and notebook authoring use them without a
+JVM. Each built-in rejects unknown keys, as Streamling's ``deny_unknown_fields`` does. The runtime
+implementation of each type is named by a dotted path and imported only when a pipeline runs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+LABEL_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+RESERVED_LABELS = {"id", "topology_node_type", "operator_type", "service_instance_id"}
+MAX_LABELS = 20
+MAX_LABEL_VALUE_BYTES = 256
+
+
+class EventTime(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    column: str
+    unit: Literal["seconds", "milliseconds", "microseconds"] = "milliseconds"
+
+
+class Telemetry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    labels: dict[str, str] = Field(default_factory=dict)
+    event_time: EventTime | None = None
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _stringify(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): "" if v is None else str(v) for k, v in value.items()}
+        return value
+
+
+class NodeOptions(BaseModel):
+    """Keys every node accepts."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    type: str
+    description: str | None = None
+    primary_key: str | None = None
+    parallelism: int | None = Field(default=None, ge=1)
+    batch_size: int | None = Field(default=None, ge=1)
+    batch_flush_interval: str | None = None
+    telemetry: Telemetry | None = None
+
+    @field_validator("primary_key", mode="before")
+    @classmethod
+    def _pk_text(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return ",".join(str(v) for v in value)
+        return value
+
+    def key_columns(self) -> list[str]:
+        return parse_key(self.primary_key)
+
+
+class FromNodeOptions(NodeOptions):
+    """Transforms and sinks read from one or more upstream nodes."""
+
+    from_: list[str] | None = Field(default=None, alias="from")
+
+    @field_validator("from_", mode="before")
+    @classmethod
+    def _from_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+
+# --- sources -------------------------------------------------------------------------------------
+
+class GenerateSourceOptions(NodeOptions):
+    """Deterministic demo/benchmark rows: row ``i`` is always the same, so reruns compare."""
+
+    type: Literal["generate"] = "generate"
+    rows: int | None = Field(default=None, ge=0, description="total rows; unset = unbounded")
+    rows_per_second: float | None = Field(default=None, gt=0)
+    rows_per_batch: int = Field(default=100_000, ge=1)
+    start_id: int = 0
+    seed: int = 0
+    profile: Literal["orders", "cdc"] = "orders"
+    partitions: int = Field(default=2, ge=1)
+
+    @model_validator(mode="after")
+    def _bounded_or_rate(self) -> GenerateSourceOptions:
+        if self.rows is None and self.rows_per_second is None:
+            raise ValueError("set 'rows' (bounded) or 'rows_per_second' (unbounded)")
+        return self
+
+
+class FileMode(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["bounded", "continuous"] = "continuous"
+    poll_interval: str = "5s"
+
+
+class FileSourceOptions(NodeOptions):
+    type: Literal["file"] = "file"
+    path: str
+    format: Literal["parquet", "csv", "json", "ndjson", "jsonl", "avro"]
+    mode: FileMode = Field(default_factory=FileMode)
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode_shorthand(cls, value: Any) -> Any:
+        return {"type": value} if isinstance(value, str) else value
+
+
+# --- transforms ----------------------------------------------------------------------------------
+
+class SqlTransformOptions(FromNodeOptions):
+    type: Literal["sql"] = "sql"
+    sql: str
+
+
+# --- sinks ---------------------------------------------------------------------------------------
+
+class PrintSinkOptions(FromNodeOptions):
+    type: Literal["print"] = "print"
+    sample_every: int | None = Field(default=None, ge=1)
+    num_records_before_stop: int | None = Field(default=None, ge=1)
+
+
+class BlackholeSinkOptions(FromNodeOptions):
+    type: Literal["blackhole"] = "blackhole"
+
+
+UPDATE_WHERE_OPS = ("=", ">", ">=", "<", "<=", "!=", "<>")
+
+
+class PostgresSinkOptions(FromNodeOptions):
+    type: Literal["postgres"] = "postgres"
+    table: str
+    schema_: str = Field(default="public", alias="schema")
+    on_conflict: Literal["update", "nothing"] = "update"
+    update_where: dict[str, str] | None = None
+    deduplicate: bool = True
+
+    @field_validator("update_where")
+    @classmethod
+    def _ops(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for col, op in (value or {}).items():
+            if op.strip() not in UPDATE_WHERE_OPS:
+                raise ValueError(f"update_where.{col}: operator {op!r} is not one of {', '.join(UPDATE_WHERE_OPS)}")
+        return value
+
+
+class DeltaSinkOptions(FromNodeOptions):
+    type: Literal["delta"] = "delta"
+    path: str
+    deduplicate: bool = True
+    partition_by: list[str] | None = None
+
+
+# --- registry ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NodeType:
+    """One registered ``type``: its options model and the class that runs it."""
+
+    kind: Literal["source", "transform", "sink"]
+    name: str
+    options: type[NodeOptions]
+    implementation: str  # "module:Class", imported lazily
+    bounded_capable: bool = False
+
+
+_BUILTINS: list[NodeType] = [
+    NodeType("source", "generate", GenerateSourceOptions, "streamling.sources.generate:GenerateSource", True),
+    NodeType("source", "file", FileSourceOptions, "streamling.sources.file:FileSource", True),
+    NodeType("transform", "sql", SqlTransformOptions, "streamling.transforms.sql:SqlTransform"),
+    NodeType("sink", "print", PrintSinkOptions, "streamling.sinks.print:PrintSink"),
+    NodeType("sink", "blackhole", BlackholeSinkOptions, "streamling.sinks.blackhole:BlackholeSink"),
+    NodeType("sink", "postgres", PostgresSinkOptions, "streamling.sinks.postgres:PostgresSink"),
+    NodeType("sink", "delta", DeltaSinkOptions, "streamling.sinks.delta:DeltaSink"),
+]
+
+REGISTRY: dict[str, dict[str, NodeType]] = {"source": {}, "transform": {}, "sink": {}}
+for _t in _BUILTINS:
+    REGISTRY[_t.kind][_t.name] = _t
+
+
+def register(node_type: NodeType) -> None:
+    """Add a node type (plugins use this); a later registration replaces an earlier one."""
+    REGISTRY[node_type.kind][node_type.name] = node_type
+
+
+def parse_key(text: str | None) -> list[str]:
+    return [c.strip() for c in (text or "").split(",") if c.strip()]

@@ -1,0 +1,320 @@
+"""The pipeline model: load, check everything at once, and hand the planner a clean graph."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError as PydanticValidationError
+
+from streamling.errors import StreamlingError, ValidationError
+from streamling.spec.loader import LoadedDocument, load_yaml_file, parse_yaml
+from streamling.spec.nodes import (
+    LABEL_KEY,
+    MAX_LABEL_VALUE_BYTES,
+    MAX_LABELS,
+    REGISTRY,
+    RESERVED_LABELS,
+    FromNodeOptions,
+    NodeOptions,
+    NodeType,
+    SqlTransformOptions,
+)
+from streamling.spec.sql import analyze_sql
+
+Kind = Literal["source", "transform", "sink"]
+SECTIONS: dict[str, Kind] = {"sources": "source", "transforms": "transform", "sinks": "sink"}
+TOP_LEVEL_EXTRA = {"name", "description", "version"}
+TYPE_RESERVED_LABELS = {"kafka": {"topic"}, "file": {"path"}, "postgres": {"table"},
+                        "clickhouse": {"table"}, "postgres_aggregate": {"table"},
+                        "hybrid": {"table", "topic"}, "script": {"language"}, "webhook": {"url"}}
+
+
+@dataclass
+class NodeSpec:
+    """One node: its name, kind, validated options and resolved upstream names."""
+
+    name: str
+    kind: Kind
+    node_type: NodeType
+    options: NodeOptions
+    path: str
+    line: int | None = None
+    upstream: list[str] = field(default_factory=list)
+
+    @property
+    def type(self) -> str:
+        return self.node_type.name
+
+    @property
+    def label(self) -> str:
+        """``sql transform 'x'`` — how messages name this node."""
+        return f"{self.type} {self.kind} '{self.name}'"
+
+    def error(self, message: str, **kwargs: Any) -> StreamlingError:
+        return StreamlingError(message, node=self.name, node_kind=f"{self.type} {self.kind}", **kwargs)
+
+
+@dataclass
+class PipelineSpec:
+    nodes: dict[str, NodeSpec]
+    source: str = "<pipeline>"
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def of_kind(self, kind: Kind) -> list[NodeSpec]:
+        return [n for n in self.nodes.values() if n.kind == kind]
+
+    @property
+    def sources(self) -> list[NodeSpec]:
+        return self.of_kind("source")
+
+    @property
+    def transforms(self) -> list[NodeSpec]:
+        return self.of_kind("transform")
+
+    @property
+    def sinks(self) -> list[NodeSpec]:
+        return self.of_kind("sink")
+
+    def consumers(self, name: str) -> list[NodeSpec]:
+        return [n for n in self.nodes.values() if name in n.upstream]
+
+    def topological(self) -> list[NodeSpec]:
+        """Sources, then transforms in dependency order, then sinks."""
+        done: list[str] = []
+        pending = {n.name for n in self.transforms}
+        done.extend(n.name for n in self.sources)
+        while pending:
+            ready = sorted(n for n in pending if all(u in done for u in self.nodes[n].upstream))
+            if not ready:
+                break
+            done.extend(ready)
+            pending.difference_update(ready)
+        done.extend(n.name for n in self.sinks)
+        return [self.nodes[n] for n in done]
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=3, cutoff=0.6)
+    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+
+
+class _Collector:
+    def __init__(self, doc: LoadedDocument, prefix: str) -> None:
+        self.doc = doc
+        self.prefix = prefix
+        self.problems: list[StreamlingError] = []
+
+    def add(self, path: str, message: str, *, node: str | None = None, node_kind: str | None = None,
+            hint: str | None = None, code: str = "invalid_pipeline") -> None:
+        full = f"{self.prefix}{path}" if path else self.prefix.rstrip(".")
+        self.problems.append(StreamlingError(message, node=node, node_kind=node_kind, hint=hint,
+                                             code=code, location=self.doc.location(full)))
+
+
+def _pydantic_problems(col: _Collector, path: str, exc: PydanticValidationError, model: type[NodeOptions],
+                       name: str, node_kind: str) -> None:
+    fields = sorted({(f.alias or k) for k, f in model.model_fields.items()})
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        where = ".".join([path, *loc]) if loc else path
+        key = loc[-1] if loc else ""
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown key '{key}'{_suggest(key, fields)}; allowed keys: {', '.join(fields)}"
+        elif err["type"] == "missing":
+            msg = f"missing required key '{key}'"
+        else:
+            text = err["msg"].removeprefix("Value error, ")
+            msg = f"{'.'.join(loc) + ': ' if loc else ''}{text}"
+        col.add(where, msg, node=name, node_kind=node_kind)
+
+
+def _check_labels(col: _Collector, spec: NodeSpec) -> None:
+    telemetry = spec.options.telemetry
+    if telemetry is None:
+        return
+    labels = telemetry.labels
+    base = f"{spec.path}.telemetry.labels"
+    kind = f"{spec.type} {spec.kind}"
+    if len(labels) > MAX_LABELS:
+        col.add(base, f"at most {MAX_LABELS} telemetry labels are allowed, found {len(labels)}",
+                node=spec.name, node_kind=kind)
+    reserved = RESERVED_LABELS | TYPE_RESERVED_LABELS.get(spec.type, set())
+    for key, value in labels.items():
+        where = f"{base}.{key}"
+        if not LABEL_KEY.match(key):
+            col.add(where, f"label key '{key}' must match ^[a-zA-Z_][a-zA-Z0-9_]*$", node=spec.name,
+                    node_kind=kind)
+        elif key.startswith("__"):
+            col.add(where, f"label key '{key}' must not start with '__'", node=spec.name, node_kind=kind)
+        elif key in reserved:
+            col.add(where, f"label key '{key}' is reserved (reserved here: {', '.join(sorted(reserved))})",
+                    node=spec.name, node_kind=kind)
+        if len(value.encode()) > MAX_LABEL_VALUE_BYTES:
+            col.add(where, f"label '{key}' is longer than {MAX_LABEL_VALUE_BYTES} bytes", node=spec.name,
+                    node_kind=kind)
+        if any(ord(ch) < 32 and ch != "\t" for ch in value):
+            col.add(where, f"label '{key}' contains a control character", node=spec.name, node_kind=kind)
+
+
+def build_pipeline(doc: LoadedDocument) -> PipelineSpec:
+    """Validate a loaded document; raise ``ValidationError`` listing every problem found."""
+    data = doc.data
+    prefix = ""
+    col = _Collector(doc, "")
+    if isinstance(data, dict) and "definition" in data and not (set(data) & set(SECTIONS)):
+        data, prefix = data["definition"], "definition."
+        col.prefix = prefix
+    if not isinstance(data, dict):
+        col.add("", "a pipeline must be a mapping with 'sources', 'transforms' and 'sinks'")
+        raise ValidationError(col.problems)
+
+    for key in data:
+        if key not in SECTIONS and key not in TOP_LEVEL_EXTRA:
+            col.add(str(key), f"unknown top-level key '{key}'{_suggest(str(key), list(SECTIONS))}; "
+                              "expected sources, transforms and sinks")
+
+    nodes: dict[str, NodeSpec] = {}
+    declared: dict[str, Kind] = {}
+    for section, kind in SECTIONS.items():
+        if isinstance(data.get(section), dict):
+            for name in data[section]:
+                declared.setdefault(str(name), kind)
+    for section, kind in SECTIONS.items():
+        entries = data.get(section)
+        if entries is None:
+            if section != "transforms":
+                col.add(section if section in data else "", f"the pipeline has no {section}",
+                        hint=f"add at least one entry under '{section}:'")
+            continue
+        if not isinstance(entries, dict):
+            col.add(section, f"'{section}' must be a mapping from node name to definition")
+            continue
+        if not entries and section != "transforms":
+            col.add(section, f"the pipeline has no {section}", hint=f"add at least one entry under '{section}:'")
+        for name, body in entries.items():
+            name = str(name)
+            path = f"{section}.{name}"
+            if name in nodes:
+                col.add(path, f"node name '{name}' is used twice (also a {nodes[name].kind})",
+                        hint="node names are shared by sources, transforms and sinks; rename one")
+                continue
+            if not isinstance(body, dict):
+                col.add(path, f"{kind} '{name}' must be a mapping with a 'type'")
+                continue
+            type_name = body.get("type")
+            available = sorted(REGISTRY[kind])
+            if not type_name:
+                col.add(path, f"{kind} '{name}' has no 'type'; available {kind} types: {', '.join(available)}")
+                continue
+            node_type = REGISTRY[kind].get(str(type_name))
+            if node_type is None:
+                col.add(f"{path}.type", f"unknown {kind} type '{type_name}'{_suggest(str(type_name), available)}; "
+                                        f"available {kind} types: {', '.join(available)}",
+                        node=name, node_kind=kind)
+                continue
+            try:
+                options = node_type.options.model_validate(body)
+            except PydanticValidationError as exc:
+                _pydantic_problems(col, path, exc, node_type.options, name, f"{type_name} {kind}")
+                continue
+            spec = NodeSpec(name=name, kind=kind, node_type=node_type, options=options, path=prefix + path,
+                            line=doc.line(prefix + path))
+            nodes[name] = spec
+            _check_labels(col, spec)
+
+    _resolve_edges(col, nodes, declared, prefix)
+    if col.problems:
+        col.problems.sort(key=lambda p: (p.location.line or 0) if p.location else 0)
+        raise ValidationError(col.problems)
+    return PipelineSpec(nodes=nodes, source=doc.source, raw=data)
+
+
+def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[str, Kind], prefix: str) -> None:
+    """Resolve ``from`` and SQL references. Names declared but invalid were already reported,
+    so references to them are not reported a second time."""
+    producers = {n.lower(): n for n, k in declared.items() if k != "sink"}
+    for spec in nodes.values():
+        if spec.kind == "source":
+            continue
+        path = spec.path.removeprefix(prefix)
+        kind = f"{spec.type} {spec.kind}"
+        assert isinstance(spec.options, FromNodeOptions)
+        declared_from = spec.options.from_
+        if isinstance(spec.options, SqlTransformOptions):
+            analysis = analyze_sql(spec.options.sql)
+            if analysis.parse_error:
+                col.add(f"{path}.sql", f"SQL does not parse: {analysis.parse_error}", node=spec.name, node_kind=kind)
+                continue
+            for problem in analysis.problems:
+                col.add(f"{path}.sql", problem, node=spec.name, node_kind=kind)
+            refs = []
+            for table in analysis.tables:
+                target = producers.get(table.lower())
+                if target is None:
+                    col.add(f"{path}.sql", f"SQL reads '{table}', which is not a source or transform"
+                                           f"{_suggest(table, list(producers.values()))}",
+                            node=spec.name, node_kind=kind)
+                elif declared_from and target not in declared_from:
+                    col.add(f"{path}.sql", f"SQL reads '{table}' but 'from' lists only {', '.join(declared_from)}",
+                            node=spec.name, node_kind=kind, hint=f"add '{table}' to 'from'")
+                elif target in nodes:
+                    refs.append(target)
+            if not declared_from:
+                spec.upstream = list(dict.fromkeys(refs))
+                if not analysis.tables:
+                    col.add(f"{path}.sql", "SQL reads no upstream node", node=spec.name, node_kind=kind,
+                            hint="select FROM a source or transform name")
+                continue
+        if not declared_from:
+            col.add(path, f"{spec.kind} '{spec.name}' needs 'from' naming its upstream node",
+                    node=spec.name, node_kind=kind)
+            continue
+        for upstream in declared_from:
+            if declared.get(upstream) == "sink":
+                col.add(f"{path}.from", f"'from' names sink '{upstream}'; only sources and transforms produce rows",
+                        node=spec.name, node_kind=kind)
+            elif upstream not in declared:
+                col.add(f"{path}.from", f"'from' names '{upstream}', which does not exist"
+                                        f"{_suggest(upstream, list(producers.values()))}",
+                        node=spec.name, node_kind=kind)
+        spec.upstream = [u for u in declared_from if u in nodes and nodes[u].kind != "sink"]
+
+    # Cycles among transforms.
+    state: dict[str, int] = {}
+
+    def visit(name: str, trail: list[str]) -> None:
+        state[name] = 1
+        for up in nodes[name].upstream:
+            if nodes[up].kind != "transform":
+                continue
+            if state.get(up) == 1:
+                cycle = trail[trail.index(up):] + [up] if up in trail else [name, up]
+                col.add(nodes[name].path.removeprefix(prefix),
+                        f"transforms form a cycle: {' -> '.join(reversed(cycle))}", node=name)
+            elif up not in state:
+                visit(up, trail + [up])
+        state[name] = 2
+
+    for spec in nodes.values():
+        if spec.kind == "transform" and spec.name not in state:
+            visit(spec.name, [spec.name])
+
+    consumed = {u for n in nodes.values() for u in n.upstream}
+    orphans = [n for n in nodes.values() if n.kind != "sink" and n.name not in consumed]
+    if orphans and not col.problems:
+        names = ", ".join(f"'{n.name}'" for n in orphans)
+        col.problems.append(StreamlingError(
+            f"nodes [{names}] have no consumers", code="orphan_nodes",
+            location=col.doc.location(orphans[0].path),
+            hint="read them from a transform or sink, or remove them"))
+
+
+def load_pipeline(path: str | Path) -> PipelineSpec:
+    return build_pipeline(load_yaml_file(path))
+
+
+def parse_pipeline(text: str, source: str = "<pipeline>") -> PipelineSpec:
+    return build_pipeline(parse_yaml(text, source))

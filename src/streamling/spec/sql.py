@@ -1,0 +1,136 @@
+"""Static analysis of SQL transforms with sqlglot (Spark dialect), no JVM needed.
+
+Streamling's SQL transforms are stateless: projections, filters, functions and ``UNION ALL`` over
+the upstream node names. Joins, aggregations, windows, ORDER BY and LIMIT would need state across
+micro-batches (or give per-batch answers that silently differ from the user's intent), so they are
+rejected at validate time. Node names may contain dots (``raw.transactions``): a table reference
+is matched on its full dotted name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+GS_OP = "_gs_op"
+DIALECT = "spark"
+
+
+@dataclass
+class SqlAnalysis:
+    tables: list[str] = field(default_factory=list)  # as written, in order of appearance
+    problems: list[str] = field(default_factory=list)
+    parse_error: str | None = None
+
+
+def _table_name(table: exp.Table) -> str:
+    return ".".join(p.name for p in table.parts)
+
+
+def _parse(sql: str) -> exp.Expression:
+    statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
+    if len(statements) != 1:
+        raise ParseError(f"expected exactly one statement, found {len(statements)}")
+    return statements[0]
+
+
+def _cte_names(tree: exp.Expression) -> set[str]:
+    return {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+
+
+def analyze_sql(sql: str) -> SqlAnalysis:
+    """Table references and every stateful construct in ``sql``."""
+    out = SqlAnalysis()
+    try:
+        tree = _parse(sql)
+    except (ParseError, sqlglot.errors.TokenError) as exc:
+        out.parse_error = str(exc).splitlines()[0]
+        return out
+    if not isinstance(tree, (exp.Query)):
+        out.problems.append(f"only SELECT queries are allowed, found {tree.key.upper()}")
+        return out
+    ctes = _cte_names(tree)
+    seen: set[str] = set()
+    for table in tree.find_all(exp.Table):
+        name = _table_name(table)
+        if name.lower() in ctes or not name:
+            continue
+        if name.lower() not in seen:
+            seen.add(name.lower())
+            out.tables.append(name)
+    checks: list[tuple[type[exp.Expression], str]] = [
+        (exp.Join, "joins are not supported: a transform sees one micro-batch at a time"),
+        (exp.Group, "GROUP BY (aggregation) is not supported in a stateless transform; "
+                    "use a postgres_aggregate sink or aggregate downstream"),
+        (exp.Having, "HAVING is not supported in a stateless transform"),
+        (exp.Window, "window functions (OVER …) are not supported in a stateless transform"),
+        (exp.Order, "ORDER BY is not supported: order across micro-batches is not defined"),
+        (exp.Limit, "LIMIT is not supported: it would apply per micro-batch, not to the stream"),
+        (exp.Intersect, "INTERSECT is not supported; use UNION ALL"),
+        (exp.Except, "EXCEPT is not supported; use UNION ALL"),
+    ]
+    for node_type, message in checks:
+        found = [n for n in tree.find_all(node_type)
+                 if not (node_type is exp.Order and isinstance(n.parent, exp.Window))]
+        if found and message not in out.problems:
+            out.problems.append(message)
+    for union in tree.find_all(exp.Union):
+        if union.args.get("distinct"):
+            out.problems.append("UNION (distinct) is not supported; use UNION ALL")
+            break
+    for select in tree.find_all(exp.Select):
+        if select.args.get("distinct"):
+            out.problems.append("SELECT DISTINCT is not supported in a stateless transform")
+            break
+    if any(True for _ in tree.find_all(exp.AggFunc)) and not any(
+        "GROUP BY" in p for p in out.problems
+    ):
+        out.problems.append(
+            "aggregate functions (count, sum, …) are not supported in a stateless transform"
+        )
+    return out
+
+
+def _output_names(select: exp.Select) -> tuple[bool, set[str]]:
+    star = any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+               for e in select.expressions)
+    return star, {e.alias_or_name.lower() for e in select.expressions}
+
+
+def _top_selects(tree: exp.Expression) -> list[exp.Select]:
+    if isinstance(tree, exp.Select):
+        return [tree]
+    if isinstance(tree, exp.SetOperation):
+        return _top_selects(tree.left) + _top_selects(tree.right)
+    if isinstance(tree, exp.Subquery):
+        return _top_selects(tree.this)
+    return []
+
+
+def rewrite_sql(sql: str, views: Mapping[str, str], carry_gs_op: bool = True) -> str:
+    """Point node references at their temp views and carry ``_gs_op`` when not selected.
+
+    ``views`` maps lower-cased node names to view names. ``_gs_op`` is appended to each
+    top-level SELECT that neither selects ``*`` nor names ``_gs_op``, so upserts and deletes
+    keep flowing through projections without the user spelling the column.
+    """
+    tree = _parse(sql)
+    ctes = _cte_names(tree)
+    for table in list(tree.find_all(exp.Table)):
+        name = _table_name(table).lower()
+        if name in ctes or name not in views:
+            continue
+        alias = table.alias
+        replacement = exp.to_table(views[name])
+        replacement.set("alias", exp.TableAlias(this=exp.to_identifier(alias or table.name)))
+        table.replace(replacement)
+    if carry_gs_op:
+        for select in _top_selects(tree):
+            star, names = _output_names(select)
+            if not star and GS_OP not in names:
+                select.select(exp.column(GS_OP), copy=False)
+    return tree.sql(dialect=DIALECT)
