@@ -1,0 +1,101 @@
+"""The SparkSession: local by default, with the connector jars from our cache.
+
+Connector jars are resolved from Maven Central once (``mvn dependency:copy-dependencies`` over
+the pom shipped in this package) into ``$STREAMLING_CACHE_DIR/jars/<pom hash>/`` and passed to
+Spark as local paths; Ivy (``--packages``) is never relied on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from streamling.config import Settings
+from streamling.errors import StreamlingError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+_LOCK = threading.Lock()
+
+
+def cache_dir() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamling"
+    return Path(os.environ.get("STREAMLING_CACHE_DIR", default)).resolve()
+
+
+def ensure_jars() -> list[Path]:
+    """The connector jars, downloading them on first use. Safe to call concurrently."""
+    pkg = resources.files("streamling.runtime")
+    pom = Path(str(pkg.joinpath("connectors.pom.xml")))
+    settings_xml = Path(str(pkg.joinpath("connectors.settings.xml")))
+    digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:12]
+    target = cache_dir() / "jars" / digest
+    marker = target / ".complete"
+    with _LOCK:
+        if not marker.exists():
+            if shutil.which("mvn") is None:
+                raise StreamlingError(
+                    "cannot fetch the Spark connector jars: Maven ('mvn') is not installed",
+                    code="jars_missing", user=True,
+                    hint="install Maven (apt-get install maven) or copy the jars into " + str(target))
+            tmp = target.with_name(target.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            cmd = ["mvn", "-q", "-B", "-s", str(settings_xml), "-f", str(pom),
+                   "dependency:copy-dependencies", "-DexcludeTransitive=true", f"-DoutputDirectory={tmp}"]
+            log.info("fetching connector jars into %s", target)
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+                raise StreamlingError(f"cannot fetch the Spark connector jars from Maven Central:\n{tail}",
+                                      code="jars_missing", retriable=True,
+                                      hint="check network access to repo.maven.apache.org")
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
+            marker.touch()
+    return sorted(target.glob("*.jar"))
+
+
+def build_session(settings: Settings, app_name: str = "streamling") -> SparkSession:
+    """Create (or reuse) the process's SparkSession configured for streamling."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    jars = ensure_jars()
+    local = settings.spark.master.startswith("local")
+    if local:
+        # Bind the driver to loopback: no external interface is needed or wanted locally.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(settings.spark.master)
+        .config("spark.jars", ",".join(str(j) for j in jars))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
+        .config("spark.databricks.delta.snapshotPartitions", str(settings.spark.shuffle_partitions))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=warn")
+    )
+    if local:
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+    for key, value in settings.spark.conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
