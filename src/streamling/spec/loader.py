@@ -68,7 +68,7 @@ def parse_yaml(text: str, source: str = "<pipeline>") -> LoadedDocument:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark else None
-        col = f", column {mark.column + 1}" if mark else ""
+        col = f" at column {mark.column + 1}" if mark else ""
         raise StreamlingError(
             f"{source} is not valid YAML: {exc.problem or exc}{col}",
             location=Location("<root>", line), code="yaml_syntax",

@@ -149,7 +149,8 @@ class PostgresSinkOptions(FromNodeOptions):
     def _ops(cls, value: dict[str, str] | None) -> dict[str, str] | None:
         for col, op in (value or {}).items():
             if op.strip() not in UPDATE_WHERE_OPS:
-                raise ValueError(f"update_where.{col}: operator {op!r} is not one of {', '.join(UPDATE_WHERE_OPS)}")
+                ops = ", ".join(UPDATE_WHERE_OPS)
+                raise ValueError(f"operator {op!r} for column '{col}' is not one of {ops}")
         return value
 
 

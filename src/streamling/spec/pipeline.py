@@ -5,8 +5,9 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
+from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from streamling.errors import StreamlingError, ValidationError
@@ -96,6 +97,14 @@ class PipelineSpec:
         return [self.nodes[n] for n in done]
 
 
+def _yaml_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return f"the boolean {value!r}"
+    return f"the value {value!r}" if isinstance(value, (int, float)) else f"the text {str(value)!r}"
+
+
 def _suggest(word: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=3, cutoff=0.6)
     return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
@@ -114,19 +123,37 @@ class _Collector:
                                              code=code, location=self.doc.location(full)))
 
 
+def _model_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
+    """The keys allowed at ``loc`` inside ``model`` (``telemetry`` → labels, event_time)."""
+    current = model
+    for part in loc:
+        found = next((f for k, f in current.model_fields.items() if part in (k, f.alias)), None)
+        args = (found.annotation, *get_args(found.annotation)) if found else ()
+        nested = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if nested is None:
+            return []
+        current = nested
+    return sorted({(f.alias or k) for k, f in current.model_fields.items()})
+
+
 def _pydantic_problems(col: _Collector, path: str, exc: PydanticValidationError, model: type[NodeOptions],
                        name: str, node_kind: str) -> None:
-    fields = sorted({(f.alias or k) for k, f in model.model_fields.items()})
     for err in exc.errors():
         loc = [str(p) for p in err["loc"]]
         where = ".".join([path, *loc]) if loc else path
         key = loc[-1] if loc else ""
         if err["type"] == "extra_forbidden":
-            msg = f"unknown key '{key}'{_suggest(key, fields)}; allowed keys: {', '.join(fields)}"
+            fields = _model_keys(model, loc[:-1])
+            allowed = f"; allowed keys: {', '.join(fields)}" if fields else ""
+            msg = f"unknown key '{key}'{_suggest(key, fields)}{allowed}"
         elif err["type"] == "missing":
             msg = f"missing required key '{key}'"
         else:
             text = err["msg"].removeprefix("Value error, ")
+            if text.startswith("Input should be"):  # pydantic's wording; say what was given
+                text = text.replace("Input should be", "must be", 1)
+                if isinstance(err.get("input"), (str, int, float, bool)):
+                    text += f" (got {err['input']!r})"
             msg = f"{'.'.join(loc) + ': ' if loc else ''}{text}"
         col.add(where, msg, node=name, node_kind=node_kind)
 
@@ -152,9 +179,10 @@ def _check_labels(col: _Collector, spec: NodeSpec) -> None:
         elif key in reserved:
             col.add(where, f"label key '{key}' is reserved (reserved here: {', '.join(sorted(reserved))})",
                     node=spec.name, node_kind=kind)
-        if len(value.encode()) > MAX_LABEL_VALUE_BYTES:
-            col.add(where, f"label '{key}' is longer than {MAX_LABEL_VALUE_BYTES} bytes", node=spec.name,
-                    node_kind=kind)
+        size = len(value.encode())
+        if size > MAX_LABEL_VALUE_BYTES:
+            col.add(where, f"label '{key}' is {size} bytes long; at most {MAX_LABEL_VALUE_BYTES} are allowed",
+                    node=spec.name, node_kind=kind)
         if any(ord(ch) < 32 and ch != "\t" for ch in value):
             col.add(where, f"label '{key}' contains a control character", node=spec.name, node_kind=kind)
 
@@ -168,7 +196,8 @@ def build_pipeline(doc: LoadedDocument) -> PipelineSpec:
         data, prefix = data["definition"], "definition."
         col.prefix = prefix
     if not isinstance(data, dict):
-        col.add("", "a pipeline must be a mapping with 'sources', 'transforms' and 'sinks'")
+        found = "the file is empty" if data is None else f"found {_yaml_kind(data)}"
+        col.add("", f"a pipeline must be a mapping with 'sources', 'transforms' and 'sinks'; {found}")
         raise ValidationError(col.problems)
 
     for key in data:
@@ -264,13 +293,13 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
                     refs.append(target)
             if not declared_from:
                 spec.upstream = list(dict.fromkeys(refs))
-                if not analysis.tables:
+                if not analysis.tables and not analysis.problems:
                     col.add(f"{path}.sql", "SQL reads no upstream node", node=spec.name, node_kind=kind,
                             hint="select FROM a source or transform name")
                 continue
         if not declared_from:
-            col.add(path, f"{spec.kind} '{spec.name}' needs 'from' naming its upstream node",
-                    node=spec.name, node_kind=kind)
+            col.add(f"{path}.from", "missing required key 'from'", node=spec.name, node_kind=kind,
+                    hint=f"name the source or transform this {spec.kind} reads")
             continue
         for upstream in declared_from:
             if declared.get(upstream) == "sink":
@@ -293,7 +322,8 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
             if state.get(up) == 1:
                 cycle = trail[trail.index(up):] + [up] if up in trail else [name, up]
                 col.add(nodes[name].path.removeprefix(prefix),
-                        f"transforms form a cycle: {' -> '.join(reversed(cycle))}", node=name)
+                        f"transforms form a cycle: {' -> '.join(reversed(cycle))}", node=name,
+                        node_kind=f"{nodes[name].type} transform")
             elif up not in state:
                 visit(up, trail + [up])
         state[name] = 2

@@ -9,6 +9,7 @@ is matched on its full dotted name.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -42,13 +43,32 @@ def _cte_names(tree: exp.Expression) -> set[str]:
     return {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
 
 
+def _parse_error_text(exc: Exception, sql: str) -> str:
+    """sqlglot's first error in user terms: no token reprs or parser class names."""
+    if isinstance(exc, sqlglot.errors.TokenError):  # "Error tokenizing '<context>'"
+        context = str(exc).splitlines()[0].removeprefix("Error tokenizing ")
+        return f"cannot tokenize the SQL near {context}; check for an unclosed quote"
+    errors = getattr(exc, "errors", None) or []
+    if not errors:
+        return str(exc).splitlines()[0]
+    first = errors[0]
+    text = re.sub(r" but got (<Token .*>|None)$", "", str(first.get("description", "")))
+    if "<class" in text:  # "Required keyword: 'this' missing for <class '…Where'>"
+        text = "incomplete expression"
+    text = text.replace("Invalid expression / Unexpected token", "unexpected token")
+    text = text[:1].lower() + text[1:]
+    near = f" near '{first['highlight']}'" if first.get("highlight") else ""
+    line = f" (line {first['line']} of the SQL)" if "\n" in sql.strip() and first.get("line") else ""
+    return f"{text}{near}{line}"
+
+
 def analyze_sql(sql: str) -> SqlAnalysis:
     """Table references and every stateful construct in ``sql``."""
     out = SqlAnalysis()
     try:
         tree = _parse(sql)
     except (ParseError, sqlglot.errors.TokenError) as exc:
-        out.parse_error = str(exc).splitlines()[0]
+        out.parse_error = _parse_error_text(exc, sql)
         return out
     if not isinstance(tree, (exp.Query)):
         out.problems.append(f"only SELECT queries are allowed, found {tree.key.upper()}")
