@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from importlib import resources
 from pathlib import Path
@@ -73,6 +74,11 @@ def build_session(settings: Settings, app_name: str = "streamling") -> SparkSess
     if active is not None:
         return active
     jars = ensure_jars()
+    log4j = Path(str(resources.files("streamling.runtime").joinpath("log4j2.properties")))
+    # Python workers must run this interpreter (the venv with streamling), not whatever
+    # ``python3`` is first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     local = settings.spark.master.startswith("local")
     if local:
         # Bind the driver to loopback: no external interface is needed or wanted locally.
@@ -90,7 +96,7 @@ def build_session(settings: Settings, app_name: str = "streamling") -> SparkSess
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=warn")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
     )
     if local:
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")

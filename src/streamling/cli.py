@@ -1,0 +1,176 @@
+"""``streamling [PIPELINE_FILE] [--config NAME] [--dry-run] [--validate]`` — Streamling's CLI.
+
+Logs go to stderr; stdout carries only what a user asked for (print-sink rows, the validate
+JSON, the dry-run plan). Exit codes: 0 success, 1 invalid pipeline or user error, 2 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from streamling import __version__
+from streamling.config import Settings, load_settings
+from streamling.errors import StreamlingError, ValidationError
+from streamling.runtime import events as ev
+
+log = logging.getLogger("streamling")
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps({"ts": self.formatTime(record), "level": record.levelname, "logger": record.name,
+                           "message": record.getMessage()})
+
+
+def setup_logging(fmt: str, debug: bool, capture: io.StringIO | None = None) -> None:
+    handler = logging.StreamHandler(capture or sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="streamling", description="Run a Streamling pipeline on Spark.")
+    p.add_argument("pipeline", nargs="?", help="pipeline YAML (default: pipeline_definition_location)")
+    p.add_argument("--config", default=None, help="config file name or path (default: config[.yaml|.yml|.json])")
+    p.add_argument("--dry-run", action="store_true", help="plan and resolve schemas without touching sinks")
+    p.add_argument("--validate", action="store_true", help="check the pipeline; print one JSON result")
+    p.add_argument("--debug", action="store_true", help="show full causes (incl. Java traces) on errors")
+    p.add_argument("--version", action="version", version=f"streamling {__version__}")
+    return p
+
+
+class _Progress:
+    """A live one-line status on a terminal; plain log lines otherwise."""
+
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+        self.rows = 0
+        self.epochs = 0
+        self.started = time.monotonic()
+
+    def __call__(self, event: ev.Event) -> None:
+        if isinstance(event, ev.EpochFlushed):
+            rows = max(event.rows.values(), default=0)
+            self.rows += rows
+            if not self.tty:
+                log.info("flow %s: epoch %d flushed %s in %.0f ms", event.flow, event.epoch,
+                         json.dumps(event.rows), event.durations_ms.get("total", 0.0))
+        elif isinstance(event, ev.EpochFinalized):
+            self.epochs += 1
+            if self.tty:
+                rate = self.rows / max(time.monotonic() - self.started, 1e-6)
+                sys.stderr.write(f"\r\x1b[2Kflow {event.flow}: epoch {event.epoch} finalized · "
+                                 f"{self.rows:,} rows to sinks · {rate:,.0f} rows/s")
+                sys.stderr.flush()
+            else:
+                log.info("flow %s: epoch %d finalized (%d input rows)", event.flow, event.epoch, event.input_rows)
+        elif isinstance(event, ev.PipelineError):
+            if self.tty:
+                sys.stderr.write("\n")
+            log.warning("%s%s", f"node '{event.node}': " if event.node else "", event.message)
+
+    def finish(self) -> None:
+        if self.tty and self.epochs:
+            sys.stderr.write("\n")
+
+
+def _load(args: argparse.Namespace) -> tuple[Settings, Any]:
+    from streamling.spec import load_pipeline
+
+    settings = load_settings(args.config)
+    path = args.pipeline or settings.pipeline_definition_location
+    return settings, load_pipeline(path)
+
+
+def validate(args: argparse.Namespace) -> int:
+    """``--validate``: exactly one JSON object on stdout, warnings are the WARN lines seen."""
+    captured = io.StringIO()
+    setup_logging("text", args.debug, capture=captured)
+    result: dict[str, Any] = {"success": True, "is_valid": True, "errors": [], "warnings": []}
+    try:
+        settings, spec = _load(args)
+        _schema_check(settings, spec)
+    except ValidationError as exc:
+        result.update(is_valid=False, errors=[p.headline() for p in exc.problems])
+    except StreamlingError as exc:
+        result.update(is_valid=False, errors=[exc.headline()], success=exc.user)
+    except Exception as exc:  # noqa: BLE001 - an internal error is still reported as JSON
+        result.update(success=False, is_valid=False, errors=[f"internal error: {exc}"])
+    result["warnings"] = [line for line in captured.getvalue().splitlines() if " WARNING " in line]
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0 if result["is_valid"] else 1
+
+
+def _schema_check(settings: Settings, spec: Any) -> Any:
+    from streamling.runtime.planner import analyze, build_plan
+    from streamling.runtime.session import build_session
+
+    plan = build_plan(spec, settings, dry_run=True)
+    spark = build_session(settings)
+    analyze(plan, spark)
+    return plan
+
+
+def run(args: argparse.Namespace) -> int:
+    from streamling.runtime.pipeline import PipelineRun
+    from streamling.runtime.session import build_session
+
+    settings, spec = _load(args)
+    if args.dry_run:
+        plan = _schema_check(settings, spec)
+        sys.stdout.write(json.dumps(plan.describe(), indent=2) + "\n")
+        return 0
+    log.info("starting pipeline %s (application_id=%s, config=%s)", spec.source, settings.application_id,
+             json.dumps(settings.masked().get("postgres_sink", {})))
+    spark = build_session(settings)
+    bus = ev.EventBus()
+    progress = _Progress(tty=sys.stderr.isatty())
+    bus.subscribe(progress)
+    pipeline = PipelineRun(spec, settings, spark, bus)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("received %s: finishing the current epoch, then exiting", signal.Signals(signum).name)
+        pipeline.request_stop(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        pipeline.run()
+    finally:
+        progress.finish()
+    log.info("pipeline finished: %s", json.dumps(pipeline.status()))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.validate:
+        return validate(args)
+    settings_fmt = os.environ.get("STREAMLING__LOG_FORMAT", "text")
+    setup_logging(settings_fmt if settings_fmt in ("text", "json") else "text", args.debug)
+    try:
+        return run(args)
+    except StreamlingError as exc:
+        log.error("%s", exc.describe(debug=args.debug))
+        return 1 if exc.user else 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Typed runtime events. The CLI, notebook widgets and telemetry subscribe; the engine never
+imports any of them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Event:
+    flow: str
+    at: float = field(default_factory=time.time, kw_only=True)
+
+
+@dataclass(frozen=True)
+class FlowStarted(Event):
+    query_id: str
+    sources: list[str]
+    sinks: list[str]
+    bounded: bool
+
+
+@dataclass(frozen=True)
+class EpochPlanned(Event):
+    """Spark wrote ``offsets/N``: the epoch's input is fixed and its transforms start."""
+
+    epoch: int
+
+
+@dataclass(frozen=True)
+class EpochFlushed(Event):
+    """Every sink of the flow durably wrote epoch N (before Spark commits it)."""
+
+    epoch: int
+    rows: dict[str, int]  # per sink
+    durations_ms: dict[str, float]  # per sink, plus "transforms" and "total"
+
+
+@dataclass(frozen=True)
+class EpochFinalized(Event):
+    """Spark wrote ``commits/N``: sources may advance; offsets are the epoch's end offsets."""
+
+    epoch: int
+    input_rows: int
+    offsets: dict[str, Any]  # per source
+    durations_ms: dict[str, float]
+    input_rows_per_second: float = 0.0
+    processed_rows_per_second: float = 0.0
+
+
+@dataclass(frozen=True)
+class RowsSampled(Event):
+    """A few rows of one node's output in one epoch (only when sampling is on)."""
+
+    epoch: int
+    node: str
+    columns: list[str]
+    rows: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class FlowStopped(Event):
+    reason: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class PipelineError(Event):
+    node: str | None
+    message: str
+    retriable: bool = False
+    attempt: int = 0
+
+
+Subscriber = Callable[[Event], None]
+
+
+class EventBus:
+    """Fan-out of events to subscribers; a failing subscriber never breaks the pipeline."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+        self._lock = threading.Lock()
+        #: rows kept per node per epoch when > 0 (the notebook turns this on).
+        self.sample_rows = 0
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        with self._lock:
+            self._subscribers.append(fn)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if fn in self._subscribers:
+                    self._subscribers.remove(fn)
+
+        return unsubscribe
+
+    def publish(self, event: Event) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for fn in subscribers:
+            try:
+                fn(event)
+            except Exception:  # noqa: BLE001 - observers must not stop the data
+                log.exception("event subscriber %r failed on %s", fn, type(event).__name__)

@@ -1,0 +1,291 @@
+"""One flow = one streaming query; its ``foreachBatch`` is the epoch.
+
+Inside the batch function the transforms are evaluated on the micro-batch and every sink writes
+and flushes; only when the function returns does Spark write ``commits/N`` and let the sources
+advance. A replay after a crash re-runs batch N with the same id, which sinks use for
+idempotency (or rely on primary-key upserts).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from streamling.errors import StreamlingError, java_message
+from streamling.runtime import events as ev
+from streamling.runtime.nodes import Epoch, Sink, Source, Transform
+from streamling.runtime.planner import Flow, Plan
+from streamling.runtime.retry import call_with_retry
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+SRC_TAG = "__sl_src"
+
+
+class FlowRunner:
+    """Starts, watches and stops the streaming query of one flow."""
+
+    def __init__(self, plan: Plan, flow: Flow, spark: SparkSession, bus: ev.EventBus,
+                 state: Any | None = None) -> None:
+        self.plan = plan
+        self.flow = flow
+        self.spark = spark
+        self.bus = bus
+        self.state = state
+        self.settings = plan.settings
+        self.sources: list[Source] = plan.sources(flow)
+        self.sinks: list[Sink] = plan.sinks(flow)
+        self.bounded = all(s.bounded for s in self.sources)
+        self.query: StreamingQuery | None = None
+        self.failure: StreamlingError | None = None
+        self.rows_to_sinks = 0
+        self.last_epoch: int | None = None
+        self.finalized_epoch: int | None = None
+        self.stop_reason: str | None = None
+        self._in_batch = threading.Event()
+        self._offsets: dict[str, Any] = {}
+        root = Path(self.settings.state_dir).resolve() / self.settings.application_id / flow.name
+        self.checkpoint_dir = root / "checkpoint"
+        self.meta_path = root / "flow.json"
+        self.sink_token = ""
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    def _fingerprint(self) -> dict[str, Any]:
+        return {"sources": {s.name: {"type": s.ctx.spec.type,
+                                     "options": s.options.model_dump(mode="json", exclude={"telemetry", "description"})}
+                            for s in self.sources}}
+
+    def _check_checkpoint(self) -> None:
+        """A checkpoint belongs to one set of sources; refuse a silently mismatched resume."""
+        fingerprint = self._fingerprint()
+        if self.meta_path.exists() and (self.checkpoint_dir / "offsets").exists():
+            meta = json.loads(self.meta_path.read_text())
+            if meta.get("fingerprint") != fingerprint:
+                raise StreamlingError(
+                    f"flow '{self.flow.name}': the checkpoint at {self.checkpoint_dir} was written for different "
+                    "source settings, so resuming from it could skip or repeat data",
+                    code="checkpoint_incompatible",
+                    hint=f"to start this flow over, delete {self.checkpoint_dir.parent} "
+                         f"(or change application_id)")
+            self.sink_token = str(meta["sink_token"])
+            return
+        self.meta_path.parent.mkdir(parents=True, exist_ok=True)
+        self.sink_token = f"{self.settings.application_id}:{self.flow.name}:{uuid.uuid4().hex[:12]}"
+        self.meta_path.write_text(json.dumps({"fingerprint": fingerprint, "sink_token": self.sink_token}, indent=2))
+
+    def _input_frame(self) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        frames = [s.read_stream(self.spark) for s in self.sources]
+        if len(frames) == 1:
+            return frames[0]
+        tagged = []
+        for i, df in enumerate(frames):
+            cols = [F.lit(i).alias(SRC_TAG)] + [F.col(f"`{c}`").alias(f"__s{i}_{c}") for c in df.columns]
+            tagged.append(df.select(*cols))
+        out = tagged[0]
+        for other in tagged[1:]:
+            out = out.unionByName(other, allowMissingColumns=True)
+        return out
+
+    def _split(self, batch: DataFrame) -> dict[str, DataFrame]:
+        from pyspark.sql import functions as F
+
+        if len(self.sources) == 1:
+            return {self.sources[0].name: batch}
+        out = {}
+        for i, source in enumerate(self.sources):
+            prefix = f"__s{i}_"
+            cols = [F.col(f"`{c}`").alias(c[len(prefix):]) for c in batch.columns if c.startswith(prefix)]
+            out[source.name] = batch.where(F.col(SRC_TAG) == i).select(*cols)
+        return out
+
+    def trigger(self) -> dict[str, Any]:
+        if self.bounded:
+            return {"availableNow": True}
+        interval = float(self.settings.checkpoint_interval_sec)
+        polls = [getattr(s, "poll_interval_secs", None) for s in self.sources]
+        polls = [p for p in polls if p]
+        if polls:
+            interval = min([interval, *polls]) if interval > 0 else min(polls)
+        return {"processingTime": f"{int(interval * 1000)} milliseconds"} if interval > 0 else {}
+
+    def start(self) -> None:
+        self._check_checkpoint()
+        for sink in self.sinks:
+            call_with_retry(lambda s=sink: s.open(self.spark), self.settings.retry, f"opening {sink.name}")
+        stream = self._input_frame()
+        writer = (stream.writeStream.foreachBatch(self._process)
+                  .option("checkpointLocation", str(self.checkpoint_dir))
+                  .queryName(f"{self.settings.application_id}:{self.flow.name}")
+                  .trigger(**self.trigger()))
+        self.query = writer.start()
+        self.bus.publish(ev.FlowStarted(self.flow.name, query_id=str(self.query.id),
+                                        sources=[s.name for s in self.sources],
+                                        sinks=[s.name for s in self.sinks], bounded=self.bounded))
+
+    # --- the epoch --------------------------------------------------------------------------------
+
+    def _process(self, batch: DataFrame, batch_id: int) -> None:
+        self._in_batch.set()
+        try:
+            self._run_epoch(batch, batch_id)
+        except StreamlingError as exc:
+            self.failure = exc
+            self.bus.publish(ev.PipelineError(self.flow.name, node=exc.node, message=exc.headline()))
+            raise
+        except Exception as exc:
+            err = StreamlingError(f"flow '{self.flow.name}' failed in epoch {batch_id}: {java_message(exc)}",
+                                  user=False, code="epoch_failed", cause=exc)
+            self.failure = err
+            self.bus.publish(ev.PipelineError(self.flow.name, node=None, message=err.headline()))
+            raise
+        finally:
+            self._in_batch.clear()
+
+    def _run_epoch(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.perf_counter()
+        epoch = Epoch(epoch_id=batch_id, flow=self.flow.name, application_id=self.settings.application_id,
+                      query_id=str(self.query.id) if self.query else "", sink_token=self.sink_token)
+        self.bus.publish(ev.EpochPlanned(self.flow.name, epoch=batch_id))
+        spark = batch.sparkSession
+        fan_out = len(self.sinks) > 1
+        if fan_out:
+            batch = batch.persist()
+        frames: dict[str, DataFrame] = dict(self._split(batch))
+        for spec in self.flow.transforms:
+            node = self.plan.nodes[spec.name]
+            assert isinstance(node, Transform)
+            frames[spec.name] = node.apply(spark, {u: frames[u] for u in spec.upstream}, epoch)
+        transforms_ms = (time.perf_counter() - started) * 1000
+        if self.bus.sample_rows > 0:
+            self._sample(epoch, frames)
+        rows: dict[str, int] = {}
+        durations: dict[str, float] = {"transforms": transforms_ms}
+        try:
+            for sink in self.sinks:
+                spec = sink.ctx.spec
+                inputs = [frames[u] for u in spec.upstream]
+                df = inputs[0]
+                for other in inputs[1:]:
+                    df = df.unionByName(other, allowMissingColumns=True)
+                t0 = time.perf_counter()
+                rows[sink.name] = self._write(sink, df, epoch)
+                durations[sink.name] = (time.perf_counter() - t0) * 1000
+        finally:
+            if fan_out:
+                batch.unpersist()
+        durations["total"] = (time.perf_counter() - started) * 1000
+        self.last_epoch = batch_id
+        self.rows_to_sinks += max(rows.values(), default=0)
+        self.bus.publish(ev.EpochFlushed(self.flow.name, epoch=batch_id, rows=rows, durations_ms=durations))
+        limit = self.settings.num_records_before_stop
+        if limit is not None and self.rows_to_sinks >= limit:
+            self.request_stop(f"num_records_before_stop={limit} reached")
+        if any(getattr(s, "wants_stop", lambda: False)() for s in self.sinks):
+            self.request_stop("a print sink reached its num_records_before_stop")
+
+    def _write(self, sink: Sink, df: DataFrame, epoch: Epoch) -> int:
+        def on_retry(exc: BaseException, attempt: int) -> None:
+            self.bus.publish(ev.PipelineError(self.flow.name, node=sink.name, message=str(exc).splitlines()[0],
+                                              retriable=True, attempt=attempt))
+
+        try:
+            return call_with_retry(lambda: sink.write(df, epoch), self.settings.retry,
+                                   f"{sink.ctx.spec.type} sink '{sink.name}' epoch {epoch.epoch_id}", on_retry)
+        except StreamlingError:
+            raise
+        except Exception as exc:
+            raise sink.ctx.error(f"writing epoch {epoch.epoch_id} failed: {java_message(exc)}",
+                                 user=False, code="sink_failed") from exc
+
+    def _sample(self, epoch: Epoch, frames: dict[str, DataFrame]) -> None:
+        n = self.bus.sample_rows
+        for name, df in frames.items():
+            try:
+                table = df.limit(n).toArrow()
+            except Exception:  # noqa: BLE001 - sampling is best effort, never fails the epoch
+                log.debug("sampling %s failed", name, exc_info=True)
+                continue
+            self.bus.publish(ev.RowsSampled(self.flow.name, epoch=epoch.epoch_id, node=name,
+                                            columns=table.column_names, rows=table.to_pylist()))
+
+    # --- finalization and stop --------------------------------------------------------------------
+
+    def on_progress(self, progress: dict[str, Any]) -> None:
+        """Spark committed an epoch (``commits/N``): publish it and copy offsets to state."""
+        batch_id = int(progress.get("batchId", -1))
+        self.finalized_epoch = batch_id
+        offsets: dict[str, Any] = {}
+        for source, info in zip(self.sources, progress.get("sources") or [], strict=False):
+            end = info.get("endOffset")
+            try:
+                end = json.loads(end) if isinstance(end, str) else end
+            except ValueError:
+                pass
+            offsets[source.name] = end
+            if self.state is not None and end is not None and self._offsets.get(source.name) != end:
+                self.state.put(source.state_key(), {"offset": end, "epoch": batch_id,
+                                                    "updated_at": int(time.time() * 1000)})
+                self._offsets[source.name] = end
+        for source in self.sources:
+            source_end = offsets.get(source.name)
+            try:
+                source.on_finalized(Epoch(batch_id, self.flow.name, self.settings.application_id), source_end)
+            except Exception:  # noqa: BLE001 - a failing commit hook is logged; Spark's log stays the truth
+                log.exception("source '%s' finalize hook failed for epoch %d", source.name, batch_id)
+        self.bus.publish(ev.EpochFinalized(
+            self.flow.name, epoch=batch_id, input_rows=int(progress.get("numInputRows") or 0), offsets=offsets,
+            durations_ms={k: float(v) for k, v in (progress.get("durationMs") or {}).items()},
+            input_rows_per_second=float(progress.get("inputRowsPerSecond") or 0.0),
+            processed_rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0)))
+
+    def request_stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            log.info("flow '%s': stopping after the current epoch (%s)", self.flow.name, reason)
+
+    def stop_when_idle(self, timeout_secs: float = 60.0) -> None:
+        """Stop the query between epochs, so the epoch in flight finishes and commits."""
+        if self.query is None:
+            return
+        deadline = time.monotonic() + timeout_secs
+        while self.query.isActive:
+            if not self._in_batch.is_set() and not self._committing():
+                break
+            if time.monotonic() > deadline:
+                log.warning("flow '%s': epoch still running after %.0fs, stopping anyway", self.flow.name,
+                            timeout_secs)
+                break
+            time.sleep(0.05)
+        self.query.stop()
+
+    def _committing(self) -> bool:
+        """True between the end of our batch function and Spark's commit of that epoch."""
+        if self.query is None or self.last_epoch is None:
+            return False
+        progress = self.query.lastProgress
+        return progress is None or int(progress.get("batchId", -1)) < self.last_epoch
+
+    def await_finalized(self, timeout_secs: float = 5.0) -> None:
+        """Spark reports an epoch's commit asynchronously; let the last report arrive."""
+        deadline = time.monotonic() + timeout_secs
+        while (self.last_epoch is not None and (self.finalized_epoch is None or self.finalized_epoch < self.last_epoch)
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception:  # noqa: BLE001
+                log.exception("closing sink '%s' failed", sink.name)

@@ -1,0 +1,169 @@
+"""Run a whole pipeline: plan it, start one query per flow, watch, stop cleanly."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from streamling.config import Settings
+from streamling.errors import StreamlingError, java_message
+from streamling.runtime import events as ev
+from streamling.runtime.flow import FlowRunner
+from streamling.runtime.planner import Plan, analyze, build_plan
+from streamling.spec.pipeline import PipelineSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+class _ProgressListener:
+    """Forwards Spark's per-epoch progress (written after ``commits/N``) to the flow runners."""
+
+    def __init__(self, runners: dict[str, FlowRunner]) -> None:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        outer = self
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                return None
+
+            def onQueryProgress(self, event: Any) -> None:
+                progress = event.progress
+                runner = outer.runners.get(str(progress.id))
+                if runner is not None:
+                    try:
+                        runner.on_progress(dict(progress.jsonValue()) if hasattr(progress, "jsonValue")
+                                           else dict(progress))
+                    except Exception:  # noqa: BLE001 - listener errors must not kill Spark's bus
+                        log.exception("progress handling failed")
+
+            def onQueryIdle(self, event: Any) -> None:
+                return None
+
+            def onQueryTerminated(self, event: Any) -> None:
+                return None
+
+        self.runners = runners
+        self.listener = Listener()
+
+
+class PipelineRun:
+    """A running (or finished) pipeline. ``run()`` blocks; ``start()`` + ``wait()`` do not."""
+
+    def __init__(self, spec: PipelineSpec, settings: Settings, spark: SparkSession,
+                 bus: ev.EventBus | None = None) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.spark = spark
+        self.bus = bus or ev.EventBus()
+        self.plan: Plan = build_plan(spec, settings)
+        self.runners: list[FlowRunner] = []
+        self._by_query: dict[str, FlowRunner] = {}
+        self._listener: _ProgressListener | None = None
+        self._stop = threading.Event()
+        self.state = None
+
+    def analyze(self) -> Plan:
+        analyze(self.plan, self.spark)
+        return self.plan
+
+    def start(self) -> None:
+        from streamling.state import create_state_backend
+
+        self.analyze()
+        self.state = create_state_backend(self.settings)
+        self._listener = _ProgressListener(self._by_query)
+        self.spark.streams.addListener(self._listener.listener)
+        try:
+            for flow in self.plan.flows:
+                runner = FlowRunner(self.plan, flow, self.spark, self.bus, self.state)
+                self.runners.append(runner)
+                runner.start()
+                assert runner.query is not None
+                self._by_query[str(runner.query.id)] = runner
+        except Exception:
+            self.stop("start failed")
+            raise
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        for runner in self.runners:
+            runner.request_stop(reason)
+
+    def wait(self, timeout_secs: float | None = None) -> None:
+        """Block until every flow ended (bounded drained, stop requested, or a failure)."""
+        deadline = None if timeout_secs is None else time.monotonic() + timeout_secs
+        try:
+            while True:
+                active = [r for r in self.runners if r.query is not None and r.query.isActive]
+                failed = [r for r in self.runners if r.failure is not None or
+                          (r.query is not None and not r.query.isActive and r.query.exception() is not None)]
+                if failed:
+                    self.stop("a flow failed")
+                    raise self._failure(failed[0])
+                if not active:
+                    return
+                for runner in active:
+                    if runner.stop_reason is not None:
+                        runner.stop_when_idle()
+                        self.bus.publish(ev.FlowStopped(runner.flow.name, reason=runner.stop_reason))
+                if deadline is not None and time.monotonic() > deadline:
+                    return
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            self.request_stop("interrupted")
+            self.wait(timeout_secs=120)
+
+    def _failure(self, runner: FlowRunner) -> StreamlingError:
+        if runner.failure is not None:
+            return runner.failure
+        exc = runner.query.exception() if runner.query is not None else None
+        return StreamlingError(f"flow '{runner.flow.name}' stopped: {java_message(exc) if exc else 'unknown error'}",
+                               user=False, code="flow_failed")
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Stop every flow between epochs and release sinks and state."""
+        for runner in self.runners:
+            runner.request_stop(reason)
+            try:
+                runner.stop_when_idle(timeout_secs=30)
+            except Exception:  # noqa: BLE001
+                log.debug("stopping flow %s", runner.flow.name, exc_info=True)
+            runner.await_finalized()
+            runner.close()
+        if self._listener is not None:
+            try:
+                self.spark.streams.removeListener(self._listener.listener)
+            except Exception:  # noqa: BLE001
+                pass
+            self._listener = None
+        if self.state is not None:
+            self.state.close()
+            self.state = None
+
+    def run(self) -> None:
+        self.start()
+        try:
+            self.wait()
+        finally:
+            self.stop("finished")
+        for runner in self.runners:
+            if runner.query is not None and runner.query.exception() is not None and runner.failure is None \
+                    and runner.stop_reason is None:
+                raise self._failure(runner)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            r.flow.name: {
+                "active": bool(r.query and r.query.isActive),
+                "last_epoch": r.last_epoch,
+                "rows_to_sinks": r.rows_to_sinks,
+                "stop_reason": r.stop_reason,
+                "error": r.failure.headline() if r.failure else None,
+            }
+            for r in self.runners
+        }

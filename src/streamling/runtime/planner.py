@@ -1,0 +1,188 @@
+"""From a validated spec to runnable flows.
+
+A *flow* is a connected part of the pipeline: its sources and everything downstream. Each flow
+runs as one Spark streaming query whose ``foreachBatch`` evaluates the transforms and writes every
+sink, so no source of a flow advances before all of its sinks have flushed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from streamling.config import Settings
+from streamling.errors import StreamlingError, ValidationError
+from streamling.runtime.nodes import Node, NodeContext, Sink, Source, Transform
+from streamling.spec.nodes import parse_key
+from streamling.spec.pipeline import NodeSpec, PipelineSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+
+@dataclass
+class Flow:
+    name: str
+    sources: list[NodeSpec]
+    transforms: list[NodeSpec]
+    sinks: list[NodeSpec]
+
+    @property
+    def node_names(self) -> list[str]:
+        return [n.name for n in [*self.sources, *self.transforms, *self.sinks]]
+
+
+@dataclass
+class Plan:
+    spec: PipelineSpec
+    settings: Settings
+    flows: list[Flow]
+    keys: dict[str, list[str]]
+    nodes: dict[str, Node] = field(default_factory=dict)
+    schemas: dict[str, StructType] = field(default_factory=dict)
+
+    def sources(self, flow: Flow) -> list[Source]:
+        return [self.nodes[s.name] for s in flow.sources]  # type: ignore[misc]
+
+    def sinks(self, flow: Flow) -> list[Sink]:
+        return [self.nodes[s.name] for s in flow.sinks]  # type: ignore[misc]
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able picture of the plan (for --dry-run, notebooks and tests)."""
+        return {
+            "flows": [
+                {
+                    "name": f.name,
+                    "sources": [s.name for s in f.sources],
+                    "transforms": [t.name for t in f.transforms],
+                    "sinks": [s.name for s in f.sinks],
+                    "bounded": all(getattr(self.nodes.get(s.name), "bounded", False) for s in f.sources),
+                }
+                for f in self.flows
+            ],
+            "nodes": {
+                name: {
+                    "kind": spec.kind,
+                    "type": spec.type,
+                    "upstream": spec.upstream,
+                    "primary_key": self.keys.get(name, []),
+                    "schema": [f"{f.name} {f.dataType.simpleString()}" for f in self.schemas[name].fields]
+                    if name in self.schemas else None,
+                }
+                for name, spec in self.spec.nodes.items()
+            },
+        }
+
+
+def flow_name(sources: list[NodeSpec]) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", "+".join(sorted(s.name for s in sources)))
+
+
+def split_flows(spec: PipelineSpec) -> list[Flow]:
+    """Connected components of the node graph, each in topological order."""
+    parent: dict[str, str] = {n: n for n in spec.nodes}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for node in spec.nodes.values():
+        for up in node.upstream:
+            parent[find(node.name)] = find(up)
+    groups: dict[str, list[NodeSpec]] = {}
+    for node in spec.topological():
+        groups.setdefault(find(node.name), []).append(node)
+    flows = []
+    for members in groups.values():
+        sources = [n for n in members if n.kind == "source"]
+        flows.append(Flow(flow_name(sources), sources, [n for n in members if n.kind == "transform"],
+                          [n for n in members if n.kind == "sink"]))
+    return sorted(flows, key=lambda f: f.name)
+
+
+def effective_keys(spec: PipelineSpec) -> dict[str, list[str]]:
+    """A node's primary key is its own, else inherited from its first keyed upstream."""
+    keys: dict[str, list[str]] = {}
+    for node in spec.topological():
+        own = parse_key(node.options.primary_key)
+        if not own:
+            own = next((keys[u] for u in node.upstream if keys.get(u)), [])
+        keys[node.name] = own
+    return keys
+
+
+def _instantiate(spec: NodeSpec, ctx: NodeContext) -> Node:
+    module_name, _, class_name = spec.node_type.implementation.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls(ctx)  # type: ignore[no-any-return]
+
+
+def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) -> Plan:
+    keys = effective_keys(spec)
+    plan = Plan(spec=spec, settings=settings, flows=split_flows(spec), keys=keys)
+    for flow_index, flow in enumerate(plan.flows):
+        for node in [*flow.sources, *flow.transforms, *flow.sinks]:
+            ctx = NodeContext(spec=node, settings=settings, primary_key=keys[node.name],
+                              state_dir=settings.state_dir, dry_run=dry_run,
+                              extras={"scope": f"f{flow_index}"})
+            plan.nodes[node.name] = _instantiate(node, ctx)
+    if settings.job_mode:
+        unbounded = [s.name for f in plan.flows for s in f.sources if not getattr(plan.nodes[s.name], "bounded", False)]
+        if unbounded:
+            raise StreamlingError(
+                f"job_mode is on but sources {json.dumps(unbounded)} do not support it",
+                code="job_mode_unbounded", hint="use bounded sources (file with mode: bounded, generate with rows) "
+                "or turn job_mode off")
+    return plan
+
+
+def format_pk_error(node: str, missing: list[str], available: list[str]) -> str:
+    """Streamling's exact message, so scripts that grep for it keep working."""
+    return (f"Primary key validation failed for node '{node}': columns {json.dumps(missing, separators=(', ', ':'))} "
+            f"not found in schema. Available columns: {json.dumps(available, separators=(', ', ':'))}")
+
+
+def analyze(plan: Plan, spark: SparkSession) -> None:
+    """Resolve every node's output schema on empty batches and check primary keys against them.
+
+    All problems are collected and raised together. This is what ``--dry-run``/``--validate`` add
+    on top of the static checks, and what the runtime does before starting any query.
+    """
+    problems: list[StreamlingError] = []
+    for flow in plan.flows:
+        frames: dict[str, Any] = {}
+        for node_spec in [*flow.sources, *flow.transforms]:
+            node = plan.nodes[node_spec.name]
+            try:
+                if isinstance(node, Source):
+                    schema = node.read_stream(spark).schema
+                else:
+                    assert isinstance(node, Transform)
+                    inputs = {u: frames[u] for u in node_spec.upstream}
+                    schema = node.apply(spark, inputs, None).schema
+            except StreamlingError as exc:
+                problems.append(exc)
+                break
+            plan.schemas[node_spec.name] = schema
+            frames[node_spec.name] = spark.createDataFrame([], schema)
+        for sink_spec in flow.sinks:
+            ups = [plan.schemas[u] for u in sink_spec.upstream if u in plan.schemas]
+            if ups:
+                plan.schemas[sink_spec.name] = ups[0]
+                plan.nodes[sink_spec.name].ctx.extras["input_schema"] = ups[0]
+    for name, schema in plan.schemas.items():
+        columns = [f.name for f in schema.fields]
+        spec = plan.spec.nodes[name]
+        declared = parse_key(spec.options.primary_key)
+        missing = [c for c in (declared or plan.keys.get(name, [])) if c not in columns]
+        if missing:
+            problems.append(StreamlingError(format_pk_error(name, missing, columns), code="primary_key_missing",
+                                            location=None))
+    if problems:
+        raise ValidationError(problems)

@@ -1,0 +1,75 @@
+"""``print`` sink: one line per sampled row, in Streamling's format, on stdout.
+
+``{n} -> (sample_every={k}) [Insert|Update|Delete] {json}`` where ``n`` counts the rows this sink
+has received since the process started and the JSON keeps the column order (``_gs_op`` included).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import sys
+import threading
+from typing import TYPE_CHECKING, Any, TextIO
+
+from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
+from streamling.spec.nodes import PrintSinkOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+OP_NAMES = {"i": "Insert", "u": "Update", "d": "Delete"}
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def format_row(n: int, sample_every: int, row: dict[str, Any]) -> str:
+    op = OP_NAMES.get(str(row.get(GS_OP) or "i").lower(), "Insert")
+    body = json.dumps(row, default=_json_default, separators=(",", ":"), ensure_ascii=False)
+    return f"{n} -> (sample_every={sample_every}) [{op}] {body}"
+
+
+class PrintSink(Sink):
+    def __init__(self, ctx: NodeContext, out: TextIO | None = None) -> None:
+        super().__init__(ctx)
+        assert isinstance(self.options, PrintSinkOptions)
+        self.sample_every = self.options.sample_every or ctx.settings.print_sink.sample_every
+        self.stop_after = self.options.num_records_before_stop
+        self.out = out
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def write(self, df: DataFrame, epoch: Epoch) -> int:
+        table = df.toArrow()
+        out = self.out or sys.stdout
+        lines = []
+        with self._lock:
+            first = self.count
+            if self.sample_every == 1:
+                rows = table.to_pylist()
+                lines = [format_row(first + i + 1, 1, r) for i, r in enumerate(rows)]
+            else:
+                k = self.sample_every
+                picks = [i for i in range(table.num_rows) if (first + i + 1) % k == 0]
+                if picks:
+                    import pyarrow as pa
+
+                    rows = table.take(pa.array(picks)).to_pylist()
+                    lines = [format_row(first + i + 1, k, r) for i, r in zip(picks, rows, strict=True)]
+            self.count += table.num_rows
+        if lines:
+            out.write("\n".join(lines) + "\n")
+            out.flush()
+        return table.num_rows
+
+    def wants_stop(self) -> bool:
+        return self.stop_after is not None and self.count >= self.stop_after
