@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from streamling.errors import StreamlingError
 
 ENV_PREFIX = "STREAMLING__"
-_SECRET_KEYS = re.compile(r"(pass(word)?|secret|token|sasl_password|api_key|credentials?)$", re.I)
+_SECRET_KEYS = re.compile(r"(pass(word)?|secret|secret[._-]?key|token|sasl_password|api_key|credentials?)$",
+                          re.I)
 MASK = "***"
 
 
@@ -237,8 +238,23 @@ def load_settings(
     try:
         return Settings.model_validate(tree)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
+        errors = exc.errors()
+        problems = "; ".join(_config_problem(err) for err in errors)
+        names = ", ".join(dict.fromkeys(
+            ENV_PREFIX + "__".join(str(p).upper() for p in err["loc"]) for err in errors))
         raise StreamlingError(f"invalid configuration: {problems}", code="config_invalid",
-                              hint="fix config.yaml or the STREAMLING__… variable named here") from exc
+                              hint=f"fix it in the config file or in {names}") from exc
+
+
+def _config_problem(err: Any) -> str:
+    """``key: what is wrong (got value)`` in plain words; secret values are never echoed."""
+    loc = [str(p) for p in err["loc"]]
+    text = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        text = "unknown key"
+    elif text.startswith("Input should be"):
+        text = text.replace("Input should be", "must be", 1)
+        value = err.get("input")
+        if isinstance(value, (str, int, float, bool)) and not _SECRET_KEYS.search(loc[-1] if loc else ""):
+            text += f" (got {value!r})"
+    return f"{'.'.join(loc)}: {text}"
