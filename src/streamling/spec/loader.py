@@ -63,21 +63,27 @@ def _scalar(node: yaml.Node) -> Any:
 
 def parse_yaml(text: str, source: str = "<pipeline>") -> LoadedDocument:
     """Parse one YAML document; a syntax error names the line and column."""
+    lines: dict[str, int] = {}
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        # Building scalars can fail too (an unknown ``!!tag``): report it like a syntax error.
+        data = _walk(root, "", lines) if root is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark else None
         col = f" at column {mark.column + 1}" if mark else ""
+        problem, where = str(exc.problem or exc), exc.context_mark
+        if exc.context and problem.startswith("but "):  # "expected a single document…, but found…"
+            problem = f"{exc.context}, {problem}"
+        elif exc.context and where and mark and where.line != mark.line:  # e.g. an unclosed quote
+            col += f" ({exc.context} started on line {where.line + 1})"
         raise StreamlingError(
-            f"{source} is not valid YAML: {exc.problem or exc}{col}",
+            f"{source} is not valid YAML: {problem}{col}",
             location=Location("<root>", line), code="yaml_syntax",
             hint="fix the indentation or quoting at that line",
         ) from exc
     except yaml.YAMLError as exc:
         raise StreamlingError(f"{source} is not valid YAML: {exc}", code="yaml_syntax") from exc
-    lines: dict[str, int] = {}
-    data = _walk(root, "", lines) if root is not None else None
     return LoadedDocument(data=data, lines=lines, source=source)
 
 
