@@ -13,6 +13,7 @@ import pytest
 
 from streamling.errors import StreamlingError, ValidationError
 from streamling.spec import PipelineSpec, load_pipeline
+from streamling.spec.nodes import FileSourceOptions
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pipelines"
 INVALID = sorted((FIXTURES / "invalid").glob("*.yaml"))
@@ -110,7 +111,9 @@ def test_key_declared_only_on_the_source() -> None:
 
 def test_bounded_file_source() -> None:
     options = _valid("file_bounded").nodes["history"].options
+    assert isinstance(options, FileSourceOptions)
     assert options.mode.type == "bounded"
+    assert options.telemetry is not None and options.telemetry.event_time is not None
     assert options.telemetry.labels == {"team": "analytics", "note": "tabs\tare allowed"}
     assert options.telemetry.event_time.unit == "seconds"
 
