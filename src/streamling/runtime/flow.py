@@ -122,7 +122,14 @@ class FlowRunner:
     def start(self) -> None:
         self._check_checkpoint()
         for sink in self.sinks:
-            call_with_retry(lambda s=sink: s.open(self.spark), self.settings.retry, f"opening {sink.name}")
+            try:
+                call_with_retry(lambda s=sink: s.open(self.spark), self.settings.retry,
+                                f"opening {sink.ctx.spec.type} sink '{sink.name}'")
+            except StreamlingError:
+                raise
+            except Exception as exc:
+                raise sink.ctx.error(f"cannot prepare the sink: {java_message(exc)}", code="sink_open_failed",
+                                     retriable=False) from exc
         stream = self._input_frame()
         writer = (stream.writeStream.foreachBatch(self._process)
                   .option("checkpointLocation", str(self.checkpoint_dir))

@@ -176,13 +176,20 @@ def analyze(plan: Plan, spark: SparkSession) -> None:
             if ups:
                 plan.schemas[sink_spec.name] = ups[0]
                 plan.nodes[sink_spec.name].ctx.extras["input_schema"] = ups[0]
-    for name, schema in plan.schemas.items():
+    failed: set[str] = set()
+    for spec in plan.spec.topological():
+        schema = plan.schemas.get(spec.name)
+        if schema is None:
+            continue
         columns = [f.name for f in schema.fields]
-        spec = plan.spec.nodes[name]
         declared = parse_key(spec.options.primary_key)
-        missing = [c for c in (declared or plan.keys.get(name, [])) if c not in columns]
+        if not declared and any(u in failed for u in spec.upstream):
+            failed.add(spec.name)  # the same inherited key was already reported upstream
+            continue
+        missing = [c for c in (declared or plan.keys.get(spec.name, [])) if c not in columns]
         if missing:
-            problems.append(StreamlingError(format_pk_error(name, missing, columns), code="primary_key_missing",
-                                            location=None))
+            failed.add(spec.name)
+            problems.append(StreamlingError(format_pk_error(spec.name, missing, columns),
+                                            code="primary_key_missing"))
     if problems:
         raise ValidationError(problems)
