@@ -312,3 +312,9 @@ def test_masked_does_not_change_the_settings(tmp_path: Path) -> None:
     s = load_settings(environ={"STREAMLING__POSTGRES_SINK__PASS": "pg-secret"}, cwd=tmp_path)
     assert s.masked()["postgres_sink"]["pass"] == "***"
     assert s.postgres_sink.pass_ == "pg-secret"
+
+
+def test_spark_conf_keys_from_the_environment_keep_their_case() -> None:
+    settings = load_settings(environ={"STREAMLING__SPARK__CONF__spark.sql.adaptive.coalescePartitions.enabled":
+                                      "false"}, cwd=Path("/nonexistent"))
+    assert settings.spark.conf == {"spark.sql.adaptive.coalescePartitions.enabled": "false"}

@@ -193,8 +193,6 @@ def test_unreadable_file(tmp_path: Path) -> None:
     assert info.value.code == "pipeline_unreadable"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="PyYAML keeps the last of two equal keys; the first node is silently dropped")
 def test_duplicate_key_is_an_error() -> None:
     text = "sources:\n  orders: {type: generate, rows: 10}\n  orders: {type: generate, rows: 20}\n"
     try:

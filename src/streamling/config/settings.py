@@ -179,14 +179,21 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
-    """``STREAMLING__A__B=v`` → ``{"a": {"b": "v"}}`` (lower-cased; ``__`` nests)."""
+    """``STREAMLING__A__B=v`` → ``{"a": {"b": "v"}}`` (lower-cased; ``__`` nests).
+
+    Spark settings are case-sensitive, so the key after ``STREAMLING__SPARK__CONF__`` keeps its
+    case: ``STREAMLING__SPARK__CONF__spark.sql.adaptive.coalescePartitions.enabled=false``.
+    """
     tree: dict[str, Any] = {}
     for name, value in environ.items():
         if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX:
             continue
-        parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__") if p]
+        raw = [p for p in name[len(ENV_PREFIX):].split("__") if p]
+        parts = [p.lower() for p in raw]
         if not parts:
             continue
+        if parts[:2] == ["spark", "conf"] and len(parts) > 2:
+            parts = ["spark", "conf", "__".join(raw[2:])]
         if parts[0] == "postgres_sink_connections" and len(parts) == 3:
             parts[1] = normalize_sink_name(parts[1])
         node = tree

@@ -52,7 +52,7 @@ class NodeContext:
         return self.spec.error(message, **kwargs)
 
 
-class Node(ABC):
+class Node(ABC):  # noqa: B024 - shared base; each kind declares its abstract method
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
         self.options = ctx.spec.options

@@ -41,6 +41,11 @@ def _walk(node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
         for key_node, value_node in node.value:
             key = _scalar(key_node)
             child = _join(path, key)
+            if key in out:
+                raise StreamlingError(
+                    f"key '{key}' appears twice{' under ' + repr(path) if path else ''}; the second would "
+                    "silently replace the first", location=Location(child, key_node.start_mark.line + 1),
+                    code="yaml_duplicate_key", hint="rename or remove one of them")
             lines[child] = key_node.start_mark.line + 1
             out[key] = _walk(value_node, child, lines)
         return out

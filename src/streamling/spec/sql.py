@@ -98,6 +98,9 @@ def analyze_sql(sql: str) -> SqlAnalysis:
                  if not (node_type is exp.Order and isinstance(n.parent, exp.Window))]
         if found and message not in out.problems:
             out.problems.append(message)
+    if any(_in_expression_subquery(sel) for sel in tree.find_all(exp.Select)):
+        out.problems.append("subqueries inside expressions (IN (SELECT …), EXISTS, scalar subqueries) are not "
+                            "supported: they read another stream like a join")
     for union in tree.find_all(exp.Union):
         if union.args.get("distinct"):
             out.problems.append("UNION (distinct) is not supported; use UNION ALL")
@@ -121,14 +124,21 @@ def _output_names(select: exp.Select) -> tuple[bool, set[str]]:
     return star, {e.alias_or_name.lower() for e in select.expressions}
 
 
-def _top_selects(tree: exp.Expression) -> list[exp.Select]:
-    if isinstance(tree, exp.Select):
-        return [tree]
-    if isinstance(tree, exp.SetOperation):
-        return _top_selects(tree.left) + _top_selects(tree.right)
-    if isinstance(tree, exp.Subquery):
-        return _top_selects(tree.this)
-    return []
+def _row_selects(tree: exp.Expression) -> list[exp.Select]:
+    """Every SELECT whose rows flow to the output: top level, UNION ALL branches, CTEs and
+    FROM-subqueries. (Subqueries inside expressions are rejected by ``analyze_sql``.)"""
+    return [s for s in tree.find_all(exp.Select) if not _in_expression_subquery(s)]
+
+
+def _in_expression_subquery(node: exp.Expression) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if isinstance(parent, (exp.In, exp.Exists)) or (
+                isinstance(parent, exp.Subquery) and not isinstance(parent.parent, (exp.From, exp.Join))
+                and parent.parent is not None and not isinstance(parent.parent, exp.SetOperation)):
+            return True
+        parent = parent.parent
+    return False
 
 
 def rewrite_sql(sql: str, views: Mapping[str, str], carry_gs_op: bool = True) -> str:
@@ -149,7 +159,7 @@ def rewrite_sql(sql: str, views: Mapping[str, str], carry_gs_op: bool = True) ->
         replacement.set("alias", exp.TableAlias(this=exp.to_identifier(alias or table.name)))
         table.replace(replacement)
     if carry_gs_op:
-        for select in _top_selects(tree):
+        for select in _row_selects(tree):
             star, names = _output_names(select)
             if not star and GS_OP not in names:
                 select.select(exp.column(GS_OP), copy=False)
