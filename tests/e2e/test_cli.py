@@ -1,0 +1,110 @@
+"""The ``streamling`` command as a user runs it: a real process, real Spark, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamling.sources.generate import generate_batch
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
+    env.setdefault("STREAMLING_CACHE_DIR", str(ROOT / ".cache"))
+    env.update(extra)
+    return env
+
+
+def streamling(*args: str, cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streamling.cli", *args], cwd=cwd, env=_env(**env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_readme_main_command_prints_rows_and_leaves_the_delta_table(tmp_path: Path, spark: Any) -> None:
+    table = generate_batch("orders", 0, 1000, 0, 0)
+    expected = [i for i, a in zip(table.column("id").to_pylist(), table.column("amount").to_pylist(), strict=True)
+                if a > 990]
+    proc = subprocess.run([str(ROOT / "fixtures" / "dev"), "run", str(ROOT / "pipeline.yaml")], cwd=tmp_path,
+                          env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert [int(line.split(" -> ")[0]) for line in lines] == list(range(1, len(expected) + 1))
+    assert all(" -> (sample_every=1) [Insert] {" in line for line in lines)
+    rows = [json.loads(line.split("] ", 1)[1]) for line in lines]
+    assert [r["id"] for r in rows] == expected
+    assert rows[0]["total"] == pytest.approx(rows[0]["amount"] * rows[0]["quantity"])
+    assert "Traceback" not in proc.stderr and "WARN" not in proc.stdout
+    lake = spark.read.format("delta").load(str(tmp_path / "output" / "large_orders"))
+    assert sorted(r.id for r in lake.select("id").collect()) == sorted(expected)
+
+    again = subprocess.run([str(ROOT / "fixtures" / "dev"), "run", str(ROOT / "pipeline.yaml")], cwd=tmp_path,
+                           env=_env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and again.stdout == ""  # resumed from the checkpoint: nothing new
+
+
+def test_validate_prints_one_json_object(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("sources:\n  s: {type: generate, rows: 5, primary_key: id}\n"
+                    "sinks:\n  out: {type: blackhole, from: s}\n")
+    proc = streamling(str(good), "--validate", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"success": True, "is_valid": True, "errors": [], "warnings": []}
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sources:\n  s: {type: generate, rows: 5, primary_key: nope}\n"
+                   "sinks:\n  out: {type: prnt, from: s}\n")
+    proc = streamling(str(bad), "--validate", cwd=tmp_path)
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout)
+    assert result["success"] is True and result["is_valid"] is False
+    assert result["errors"] == ["sink 'out': unknown sink type 'prnt' (did you mean 'print'?); available sink "
+                                "types: blackhole, delta, postgres, print [sinks.out.type (line 4)]"]
+
+    keyless = tmp_path / "keyless.yaml"
+    keyless.write_text("sources:\n  s: {type: generate, rows: 5, primary_key: nope}\n"
+                       "sinks:\n  out: {type: blackhole, from: s}\n")
+    result = json.loads(streamling(str(keyless), "--validate", cwd=tmp_path).stdout)
+    assert result["errors"] == [
+        "Primary key validation failed for node 's': columns [\"nope\"] not found in schema. Available columns: "
+        "[\"id\", \"customer\", \"country\", \"amount\", \"quantity\", \"created_at\", \"_gs_op\"]"]
+
+
+def test_missing_pipeline_file_is_a_clear_error(tmp_path: Path) -> None:
+    proc = streamling(cwd=tmp_path, timeout=60)
+    assert proc.returncode == 1
+    assert "pipeline file pipeline.yaml does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_sigterm_finishes_the_epoch_and_exits_zero(tmp_path: Path) -> None:
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("sources:\n  s: {type: generate, rows_per_second: 2000, rows_per_batch: 1000}\n"
+                        f"sinks:\n  lake: {{type: delta, from: s, path: \"{tmp_path / 'lake'}\"}}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "streamling.cli", str(pipeline)], cwd=tmp_path,
+                            env=_env(STREAMLING__CHECKPOINT_INTERVAL_SEC="0.5"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 240
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        seen.append(line)
+        if "finalized" in line:
+            break
+    assert any("finalized" in line for line in seen), "".join(seen[-30:])
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 0, rest[-3000:]
+    assert "received SIGTERM" in rest
+    assert "pipeline finished" in rest
