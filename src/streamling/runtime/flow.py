@@ -162,7 +162,8 @@ class FlowRunner:
     def _run_epoch(self, batch: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
         epoch = Epoch(epoch_id=batch_id, flow=self.flow.name, application_id=self.settings.application_id,
-                      query_id=str(self.query.id) if self.query else "", sink_token=self.sink_token)
+                      query_id=str(self.query.id) if self.query else "", sink_token=self.sink_token,
+                      started_at=time.time())
         self.bus.publish(ev.EpochPlanned(self.flow.name, epoch=batch_id))
         spark = batch.sparkSession
         fan_out = len(self.sinks) > 1

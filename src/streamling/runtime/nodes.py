@@ -31,6 +31,13 @@ class Epoch:
     application_id: str
     query_id: str = ""
     sink_token: str = ""  # stable per (application, flow, checkpoint) for idempotent writers
+    started_at: float = 0.0  # epoch start (UNIX seconds): the single "now()" of this epoch
+
+    @property
+    def started_at_iso(self) -> str:
+        import datetime as dt
+
+        return dt.datetime.fromtimestamp(self.started_at, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 @dataclass

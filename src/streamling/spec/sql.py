@@ -141,6 +141,33 @@ def _in_expression_subquery(node: exp.Expression) -> bool:
     return False
 
 
+_CLOCK_NAMES = {"now", "current_timestamp", "current_date", "curdate", "localtimestamp"}
+
+
+def pin_clock(sql: str, epoch_time_iso: str) -> str:
+    """Replace ``now()``/``current_timestamp``/``current_date`` by the epoch's own instant.
+
+    Spark evaluates them once per query execution; an epoch that fans out to several sinks runs
+    several executions, and each would see a different "now". Pinning gives every node and sink
+    of an epoch the same value, as Streamling's per-batch evaluation does.
+    """
+    tree = _parse(sql)
+    stamp = exp.cast(exp.Literal.string(epoch_time_iso), exp.DataType.build("timestamp"))
+    for node in list(tree.find_all(exp.CurrentTimestamp, exp.Localtimestamp, exp.CurrentDate, exp.Anonymous)):
+        if isinstance(node, exp.Anonymous) and str(node.name).lower() not in _CLOCK_NAMES:
+            continue
+        is_date = isinstance(node, exp.CurrentDate) or (isinstance(node, exp.Anonymous)
+                                                        and str(node.name).lower() in {"current_date", "curdate"})
+        node.replace(exp.cast(stamp.copy(), exp.DataType.build("date")) if is_date else stamp.copy())
+    return tree.sql(dialect=DIALECT)
+
+
+def uses_clock(sql: str) -> bool:
+    tree = _parse(sql)
+    return any(not isinstance(n, exp.Anonymous) or str(n.name).lower() in _CLOCK_NAMES
+               for n in tree.find_all(exp.CurrentTimestamp, exp.Localtimestamp, exp.CurrentDate, exp.Anonymous))
+
+
 def rewrite_sql(sql: str, views: Mapping[str, str], carry_gs_op: bool = True) -> str:
     """Point node references at their temp views and carry ``_gs_op`` when not selected.
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Transform
 from streamling.spec.nodes import SqlTransformOptions
-from streamling.spec.sql import rewrite_sql
+from streamling.spec.sql import pin_clock, rewrite_sql, uses_clock
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -25,14 +25,18 @@ class SqlTransform(Transform):
         self.scope = str(ctx.extras.get("scope", "p"))
         self.views = {u.lower(): view_name(self.scope, u) for u in ctx.spec.upstream}
         self.sql = rewrite_sql(self.options.sql, self.views, carry_gs_op=True)
+        self.pins_clock = uses_clock(self.sql)
 
     def apply(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None) -> DataFrame:
         from pyspark.errors import AnalysisException, ParseException
 
         for upstream, df in inputs.items():
             df.createOrReplaceTempView(self.views[upstream.lower()])
+        sql = self.sql
+        if self.pins_clock and epoch is not None:
+            sql = pin_clock(sql, epoch.started_at_iso)
         try:
-            out = spark.sql(self.sql)
+            out = spark.sql(sql)
         except (AnalysisException, ParseException) as exc:
             raise self.ctx.error(f"SQL fails: {_spark_message(exc)}",
                                  hint="fix the query in 'sql'", code="sql_invalid") from exc

@@ -1,0 +1,129 @@
+"""Epoch-level behaviour: one clock per epoch, sampled rows, retried sinks, job mode, the plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streamling.errors import StreamlingError
+from streamling.runtime import events as ev
+from streamling.runtime.nodes import Epoch, Sink
+from streamling.runtime.planner import build_plan
+from streamling.spec import nodes as spec_nodes
+from streamling.spec import parse_pipeline
+
+pytestmark = pytest.mark.spark
+
+
+class FlakySinkOptions(spec_nodes.FromNodeOptions):
+    type: str = "flaky"
+
+
+class FlakySink(Sink):
+    """Refuses the first two writes of each epoch like a restarting database, then keeps rows."""
+
+    seen: list[tuple[int, list[Any]]] = []
+    failures: dict[int, int] = {}
+
+    def write(self, df: Any, epoch: Epoch) -> int:
+        count = FlakySink.failures.get(epoch.epoch_id, 0)
+        if count < 2:
+            FlakySink.failures[epoch.epoch_id] = count + 1
+            raise ConnectionRefusedError("connection refused (simulated restart)")
+        rows = [r.asDict() for r in df.collect()]
+        FlakySink.seen.append((epoch.epoch_id, rows))
+        return len(rows)
+
+
+@pytest.fixture
+def flaky_sink(monkeypatch: pytest.MonkeyPatch) -> type[FlakySink]:
+    FlakySink.seen, FlakySink.failures = [], {}
+    node_type = spec_nodes.NodeType("sink", "flaky", FlakySinkOptions, f"{__name__}:FlakySink")
+    monkeypatch.setitem(spec_nodes.REGISTRY["sink"], "flaky", node_type)
+    return FlakySink
+
+
+def test_every_sink_of_an_epoch_sees_the_same_now(runner, flaky_sink):
+    runner.run("""
+        sources:
+          s: {type: generate, rows: 4, rows_per_batch: 2}
+        transforms:
+          stamped: {type: sql, sql: "SELECT id, now() AS t1, current_timestamp() AS t2 FROM s"}
+        sinks:
+          one: {type: flaky, from: stamped}
+          two: {type: flaky, from: stamped}
+    """, retry={"max_attempts": 5, "initial_backoff_ms": 10, "max_backoff_ms": 20})
+    by_epoch: dict[int, set[Any]] = {}
+    for epoch, rows in flaky_sink.seen:
+        for row in rows:
+            assert row["t1"] == row["t2"]
+            by_epoch.setdefault(epoch, set()).add(row["t1"])
+    assert sorted(by_epoch) == [0, 1]
+    assert all(len(stamps) == 1 for stamps in by_epoch.values())  # one instant per epoch, across both sinks
+    retries = [e for e in runner.of_type(ev.PipelineError) if e.retriable]
+    assert len(retries) >= 2 and retries[0].node in ("one", "two")
+
+
+def test_retries_run_out_with_a_clear_error(runner, flaky_sink):
+    with pytest.raises(StreamlingError) as info:
+        runner.run("""
+            sources:
+              s: {type: generate, rows: 2}
+            sinks:
+              db: {type: flaky, from: s}
+        """, retry={"max_attempts": 2, "initial_backoff_ms": 10, "max_backoff_ms": 10})
+    assert info.value.headline().startswith("flaky sink 'db': writing epoch 0 failed: connection refused")
+
+
+def test_sampled_rows_per_node_when_sampling_is_on(runner):
+    run = runner.pipeline("""
+        sources:
+          s: {type: generate, rows: 100, rows_per_batch: 100}
+        transforms:
+          even: {type: sql, sql: "SELECT id FROM s WHERE id % 2 = 0"}
+        sinks:
+          out: {type: blackhole, from: even}
+    """)
+    run.bus.sample_rows = 3
+    run.start()
+    try:
+        run.wait(timeout_secs=120)
+    finally:
+        run.stop()
+    samples = {e.node: e for e in runner.of_type(ev.RowsSampled)}
+    assert samples["s"].columns[0] == "id" and len(samples["s"].rows) == 3
+    assert samples["even"].columns == ["id", "_gs_op"]
+    assert all(r["id"] % 2 == 0 for r in samples["even"].rows)
+
+
+def test_job_mode_rejects_unbounded_sources(runner):
+    spec = parse_pipeline("""
+sources:
+  live: {type: generate, rows_per_second: 10}
+  files: {type: generate, rows: 10}
+transforms:
+  both: {type: sql, sql: "SELECT * FROM live UNION ALL SELECT * FROM files"}
+sinks:
+  out: {type: blackhole, from: both}
+""")
+    with pytest.raises(StreamlingError) as info:
+        build_plan(spec, runner.settings(job_mode=True))
+    assert 'job_mode is on but sources ["live"] do not support it' in info.value.headline()
+
+
+def test_plan_describes_flows_keys_and_schemas(runner):
+    run = runner.pipeline("""
+        sources:
+          a: {type: generate, rows: 1, primary_key: id}
+          b: {type: generate, rows: 1}
+        transforms:
+          slim: {type: sql, sql: "SELECT id, amount FROM a"}
+        sinks:
+          x: {type: blackhole, from: slim}
+          y: {type: print, from: b}
+    """)
+    plan = run.analyze().describe()
+    assert [(f["name"], f["sinks"], f["bounded"]) for f in plan["flows"]] == [("a", ["x"], True), ("b", ["y"], True)]
+    assert plan["nodes"]["x"]["primary_key"] == ["id"]  # inherited through the transform
+    assert plan["nodes"]["slim"]["schema"] == ["id bigint", "amount double", "_gs_op string"]
