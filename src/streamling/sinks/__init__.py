@@ -1,0 +1,1 @@
+"""Built-in sinks; each module is imported only when a pipeline uses its ``type``."""

@@ -1,0 +1,76 @@
+"""Postgres for integration tests: the server started by ``fixtures/services/up postgres``.
+
+If ``STREAMLING_TEST_POSTGRES_DSN`` is already set (``eval "$(fixtures/services/up postgres)"``), that
+server is used; otherwise the fixture script is run once per session and its exports parsed. The
+exports are not written into ``os.environ`` (other tests read default settings from it); tests get
+them through the ``pg_environ`` fixture instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+UP = ROOT / "fixtures" / "services" / "up"
+_PREFIXES = ("STREAMLING__POSTGRES_SINK__", "STREAMLING__STATE_BACKEND__POSTGRES__", "STREAMLING_TEST_POSTGRES_")
+
+
+def parse_exports(text: str) -> dict[str, str]:
+    """``export NAME=value`` lines (shell-quoted) → a dict."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        words = shlex.split(line)
+        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
+            name, _, value = words[1].partition("=")
+            out[name] = value
+    return out
+
+
+@pytest.fixture(scope="session")
+def postgres_service() -> dict[str, str]:
+    """The service's exports (sink and state-backend settings, plus a libpq URL)."""
+    if os.environ.get("STREAMLING_TEST_POSTGRES_DSN"):
+        return {k: v for k, v in os.environ.items() if k.startswith(_PREFIXES)}
+    env = {**os.environ, "STREAMLING_CACHE_DIR": os.environ.get("STREAMLING_CACHE_DIR", str(ROOT / ".cache"))}
+    proc = subprocess.run([str(UP), "postgres"], capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"fixtures/services/up postgres failed:\n{proc.stderr[-3000:]}")
+    exports = parse_exports(proc.stdout)
+    assert "STREAMLING_TEST_POSTGRES_DSN" in exports, proc.stdout
+    return exports
+
+
+@pytest.fixture(scope="session")
+def pg_environ(postgres_service: Mapping[str, str]) -> dict[str, str]:
+    """An environment for ``load_settings(environ=…)``: this process's plus the service's exports."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(_PREFIXES)}
+    return {**base, **postgres_service}
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(postgres_service: Mapping[str, str]) -> str:
+    return postgres_service["STREAMLING_TEST_POSTGRES_DSN"]
+
+
+@pytest.fixture()
+def pg(pg_dsn: str) -> Iterator[Any]:
+    """An autocommit connection for arranging and checking tables."""
+    import psycopg
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture()
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A table/namespace name no other test (or earlier run) uses."""
+    stem = "".join(ch if ch.isalnum() else "_" for ch in request.node.name.lower())[:30].strip("_")
+    return f"t_{stem}_{uuid.uuid4().hex[:8]}"
