@@ -1,0 +1,55 @@
+"""State backends: where sources keep their positions between runs (``state_backend.*``).
+
+``create_state_backend(settings)`` picks the backend named by ``state_backend.backend_type``
+(``InMemory``, ``Sqlite`` or ``Postgres``, case and punctuation ignored) and namespaces it by
+``application_id``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from streamling.errors import StreamlingError
+from streamling.state.base import StateBackend
+from streamling.state.memory import InMemoryStateBackend
+from streamling.state.sqlite import SqliteStateBackend
+
+if TYPE_CHECKING:
+    from streamling.config import Settings
+    from streamling.state.postgres import PostgresStateBackend
+
+__all__ = [
+    "InMemoryStateBackend",
+    "PostgresStateBackend",
+    "SqliteStateBackend",
+    "StateBackend",
+    "create_state_backend",
+]
+
+
+def create_state_backend(settings: Settings, namespace: str | None = None) -> StateBackend:
+    """The configured backend for ``namespace`` (default: ``settings.application_id``)."""
+    from streamling.config.settings import normalize_backend
+
+    ns = namespace or settings.application_id
+    cfg = settings.state_backend
+    kind = normalize_backend(cfg.backend_type)
+    if kind == "inmemory":
+        return InMemoryStateBackend(ns)
+    if kind == "sqlite":
+        return SqliteStateBackend(cfg.sqlite.database_path, ns)
+    if kind == "postgres":
+        from streamling.state.postgres import PostgresStateBackend
+
+        return PostgresStateBackend(cfg.postgres, ns, retry=settings.retry)
+    raise StreamlingError(f"unknown state backend {cfg.backend_type!r}", code="config_invalid",
+                          hint="set state_backend.backend_type to InMemory, Sqlite or Postgres")
+
+
+def __getattr__(name: str) -> object:
+    """``PostgresStateBackend`` without importing psycopg until it is used."""
+    if name == "PostgresStateBackend":
+        from streamling.state.postgres import PostgresStateBackend
+
+        return PostgresStateBackend
+    raise AttributeError(name)
