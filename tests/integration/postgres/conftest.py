@@ -66,6 +66,9 @@ def pg(pg_dsn: str) -> Iterator[Any]:
     import psycopg
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        # The role is named like the state backend's schema ("streamling"); once that schema exists
+        # the default "$user", public path would put unqualified test tables there, not in public.
+        conn.execute("SET search_path TO public")
         yield conn
 
 
