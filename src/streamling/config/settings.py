@@ -99,6 +99,65 @@ class PrintSinkSettings(_Section):
     sample_every: int = Field(default=1, ge=1)
 
 
+class KafkaConnection(_Section):
+    """``kafka_source.*`` / ``kafka_sink.*``: brokers, security and the schema registry."""
+
+    brokers: str = "localhost:9092"
+    security_protocol: str = "plaintext"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    schema_registry_url: str = "http://localhost:18081"
+    schema_registry_username: str | None = None
+    schema_registry_password: str | None = None
+    client_id: str | None = None
+
+    def librdkafka(self) -> dict[str, str]:
+        """Settings for confluent-kafka clients (admin, offset commits, tests)."""
+        conf = {"bootstrap.servers": self.brokers, "security.protocol": self.security_protocol}
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            conf["sasl.username"] = self.sasl_username
+        if self.sasl_password:
+            conf["sasl.password"] = self.sasl_password
+        if self.client_id:
+            conf["client.id"] = self.client_id
+        return conf
+
+    def spark_options(self) -> dict[str, str]:
+        """The same connection for Spark's Kafka connector (``kafka.``-prefixed Java client keys)."""
+        opts = {"kafka.bootstrap.servers": self.brokers, "kafka.security.protocol": self.security_protocol.upper()}
+        if self.sasl_mechanism:
+            opts["kafka.sasl.mechanism"] = self.sasl_mechanism.upper()
+            module = ("org.apache.kafka.common.security.scram.ScramLoginModule"
+                      if self.sasl_mechanism.upper().startswith("SCRAM")
+                      else "org.apache.kafka.common.security.plain.PlainLoginModule")
+            user = (self.sasl_username or "").replace('"', '\\"')
+            password = (self.sasl_password or "").replace('"', '\\"')
+            opts["kafka.sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
+        if self.client_id:
+            opts["kafka.client.id"] = self.client_id
+        return opts
+
+    def registry(self) -> dict[str, str]:
+        conf = {"url": self.schema_registry_url}
+        if self.schema_registry_username:
+            conf["basic.auth.user.info"] = f"{self.schema_registry_username}:{self.schema_registry_password or ''}"
+        return conf
+
+
+class KafkaSourceSettings(KafkaConnection):
+    consumer_group_id: str | None = None
+    lag_report_interval_ms: int = 60000
+    #: streamling addition: upper bound of records per epoch (Spark's maxOffsetsPerTrigger).
+    max_offsets_per_epoch: int | None = Field(default=None, ge=1)
+
+
+class KafkaSinkSettings(KafkaConnection):
+    pass
+
+
 class RetrySettings(_Section):
     max_attempts: int = Field(default=8, ge=1)
     initial_backoff_ms: int = 200
@@ -127,6 +186,8 @@ class Settings(BaseModel):
     postgres_sink_connections: dict[str, dict[str, Any]] = Field(default_factory=dict)
     print_sink: PrintSinkSettings = Field(default_factory=PrintSinkSettings)
     retry: RetrySettings = Field(default_factory=RetrySettings)
+    kafka_source: KafkaSourceSettings = Field(default_factory=KafkaSourceSettings)
+    kafka_sink: KafkaSinkSettings = Field(default_factory=KafkaSinkSettings)
 
     def postgres_connection_for(self, sink_name: str) -> PostgresSinkSettings:
         """The sink's connection: ``postgres_sink`` overlaid with its per-sink override.
