@@ -51,6 +51,7 @@ class FlowRunner:
         self.finalized_epoch: int | None = None
         self.stop_reason: str | None = None
         self._in_batch = threading.Event()
+        self._raw: dict[str, DataFrame] = {}
         self._offsets: dict[str, Any] = {}
         root = Path(self.settings.state_dir).resolve() / self.settings.application_id / flow.name
         self.checkpoint_dir = root / "checkpoint"
@@ -98,6 +99,7 @@ class FlowRunner:
         return out
 
     def _split(self, batch: DataFrame) -> dict[str, DataFrame]:
+        """The epoch's raw rows of each source (the query reads all of a flow's sources at once)."""
         from pyspark.sql import functions as F
 
         if len(self.sources) == 1:
@@ -147,17 +149,35 @@ class FlowRunner:
         try:
             self._run_epoch(batch, batch_id)
         except StreamlingError as exc:
+            exc = self._explain(exc) or exc
             self.failure = exc
             self.bus.publish(ev.PipelineError(self.flow.name, node=exc.node, message=exc.headline()))
             raise
         except Exception as exc:
-            err = StreamlingError(f"flow '{self.flow.name}' failed in epoch {batch_id}: {java_message(exc)}",
-                                  user=False, code="epoch_failed", cause=exc)
+            err = self._explain(exc) or StreamlingError(
+                f"flow '{self.flow.name}' failed in epoch {batch_id}: {java_message(exc)}",
+                user=False, code="epoch_failed", cause=exc)
             self.failure = err
             self.bus.publish(ev.PipelineError(self.flow.name, node=None, message=err.headline()))
             raise
         finally:
             self._in_batch.clear()
+
+    def _explain(self, exc: BaseException) -> StreamlingError | None:
+        """Ask each source whether one of its input records caused ``exc`` (a poison message)."""
+        for source in self.sources:
+            raw = self._raw.get(source.name)
+            if raw is None:
+                continue
+            try:
+                found = source.explain_failure(raw, exc)
+            except Exception:  # noqa: BLE001 - diagnosis is best effort; the original error stands
+                log.debug("explaining the failure via %s failed", source.name, exc_info=True)
+                continue
+            if found is not None:
+                found.__cause__ = exc
+                return found
+        return None
 
     def _run_epoch(self, batch: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
@@ -169,7 +189,8 @@ class FlowRunner:
         fan_out = len(self.sinks) > 1
         if fan_out:
             batch = batch.persist()
-        frames: dict[str, DataFrame] = dict(self._split(batch))
+        self._raw = self._split(batch)
+        frames: dict[str, DataFrame] = {s.name: s.decode(self._raw[s.name], epoch) for s in self.sources}
         for spec in self.flow.transforms:
             node = self.plan.nodes[spec.name]
             assert isinstance(node, Transform)
@@ -242,8 +263,10 @@ class FlowRunner:
                 pass
             offsets[source.name] = end
             if self.state is not None and end is not None and self._offsets.get(source.name) != end:
-                self.state.put(source.state_key(), {"offset": end, "epoch": batch_id,
-                                                    "updated_at": int(time.time() * 1000)})
+                now_ms = int(time.time() * 1000)
+                entries = {key: {**data, "epoch": batch_id, "updated_at": now_ms}
+                           for key, data in source.state_entries(end).items()}
+                self.state.put_many(entries)
                 self._offsets[source.name] = end
         for source in self.sources:
             source_end = offsets.get(source.name)
@@ -292,6 +315,11 @@ class FlowRunner:
             time.sleep(0.05)
 
     def close(self) -> None:
+        for source in self.sources:
+            try:
+                source.close()
+            except Exception:  # noqa: BLE001
+                log.exception("closing source '%s' failed", source.name)
         for sink in self.sinks:
             try:
                 sink.close()

@@ -80,11 +80,34 @@ class Source(Node):
     def read_stream(self, spark: SparkSession) -> DataFrame:
         """The streaming DataFrame for this source."""
 
+    def decode(self, df: DataFrame, epoch: Epoch | None) -> DataFrame:
+        """Turn the raw rows of ``read_stream`` into this node's rows, once per epoch.
+
+        Identity for most sources; the Kafka source decodes Avro here so that writer schemas
+        registered while the pipeline runs are picked up at the next epoch.
+        """
+        return df
+
     def on_finalized(self, epoch: Epoch, end_offset: Any) -> None:  # noqa: B027 - optional hook
-        """Called after Spark committed the epoch: copy offsets to the state backend etc."""
+        """Called after Spark committed the epoch (e.g. commit consumer-group offsets)."""
 
     def state_key(self) -> str:
         return f"{self.ctx.spec.type}:{self.name}"
+
+    def state_entries(self, end_offset: Any) -> dict[str, dict[str, Any]]:
+        """What to copy to the state backend once an epoch is committed."""
+        return {self.state_key(): {"offset": end_offset}}
+
+    def explain_failure(self, raw: DataFrame, exc: BaseException) -> StreamlingError | None:
+        """Given an epoch that failed, find the input record responsible (poison messages)."""
+        return None
+
+    def inferred_primary_key(self) -> list[str]:
+        """A key the source knows without YAML (Kafka: the Avro record's ``primaryKeys`` doc)."""
+        return []
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release clients; called once when the flow stops."""
 
 
 class Transform(Node):

@@ -75,8 +75,10 @@ class PipelineRun:
     def start(self) -> None:
         from streamling.state import create_state_backend
 
-        self.analyze()
         self.state = create_state_backend(self.settings)
+        for node in self.plan.nodes.values():
+            node.ctx.extras.update(state=self.state, runtime=True)
+        self.analyze()
         self._listener = _ProgressListener(self._by_query)
         self.spark.streams.addListener(self._listener.listener)
         try:

@@ -106,11 +106,12 @@ def split_flows(spec: PipelineSpec) -> list[Flow]:
     return sorted(flows, key=lambda f: f.name)
 
 
-def effective_keys(spec: PipelineSpec) -> dict[str, list[str]]:
-    """A node's primary key is its own, else inherited from its first keyed upstream."""
+def effective_keys(spec: PipelineSpec, known: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
+    """A node's primary key is its own (or one its source knows, ``known``), else inherited from
+    its first keyed upstream."""
     keys: dict[str, list[str]] = {}
     for node in spec.topological():
-        own = parse_key(node.options.primary_key)
+        own = parse_key(node.options.primary_key) or (known or {}).get(node.name, [])
         if not own:
             own = next((keys[u] for u in node.upstream if keys.get(u)), [])
         keys[node.name] = own
@@ -155,13 +156,21 @@ def analyze(plan: Plan, spark: SparkSession) -> None:
     on top of the static checks, and what the runtime does before starting any query.
     """
     problems: list[StreamlingError] = []
+    inferred_keys: dict[str, list[str]] = {}
     for flow in plan.flows:
         frames: dict[str, Any] = {}
         for node_spec in [*flow.sources, *flow.transforms]:
             node = plan.nodes[node_spec.name]
             try:
                 if isinstance(node, Source):
-                    schema = node.read_stream(spark).schema
+                    schema = node.decode(node.read_stream(spark), None).schema
+                    if not node_spec.options.primary_key:
+                        inferred = node.inferred_primary_key()
+                        if inferred:
+                            inferred_keys[node_spec.name] = inferred
+                            plan.keys = effective_keys(plan.spec, inferred_keys)
+                            for name, key in plan.keys.items():
+                                plan.nodes[name].ctx.primary_key = key
                 else:
                     assert isinstance(node, Transform)
                     inputs = {u: frames[u] for u in node_spec.upstream}

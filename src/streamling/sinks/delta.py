@@ -11,6 +11,7 @@ import os
 from typing import TYPE_CHECKING
 
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
+from streamling.sinks.common import last_row_per_key, op_column
 from streamling.spec.nodes import DeltaSinkOptions
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ class DeltaSink(Sink):
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         from pyspark.sql import functions as F
-        from pyspark.sql.window import Window
 
         spark = df.sparkSession
         has_op = GS_OP in df.columns
@@ -58,12 +58,9 @@ class DeltaSink(Sink):
 
         from delta.tables import DeltaTable
 
-        ops = F.lower(F.coalesce(F.col(GS_OP), F.lit("i"))) if has_op else F.lit("i")
-        staged = df.withColumn("__op", ops).withColumn("__seq", F.monotonically_increasing_id())
+        staged = df.withColumn("__op", op_column(df))
         if self.opts.deduplicate:
-            last = Window.partitionBy(*[F.col(k) for k in self.key]).orderBy(F.col("__seq").desc())
-            staged = staged.withColumn("__rn", F.row_number().over(last)).where("__rn = 1").drop("__rn")
-        staged = staged.drop("__seq")
+            staged = last_row_per_key(staged, self.key)
         if has_op:
             staged = staged.drop(GS_OP)
         staged = staged.persist()

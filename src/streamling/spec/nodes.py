@@ -114,6 +114,58 @@ class FileSourceOptions(NodeOptions):
         return {"type": value} if isinstance(value, str) else value
 
 
+STREAMLING_TYPES = re.compile(
+    r"^(int8|int16|int32|int64|uint8|uint16|uint32|uint64|float32|float64|string|boolean|timestamp|"
+    r"decimal|decimal(128|256)\(\s*\d+\s*,\s*\d+\s*\))$")
+
+
+class SchemaIdOverride(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: int = Field(alias="from")
+    to: int
+
+
+class KafkaSourceOptions(NodeOptions):
+    """Streamling's Kafka source keys. Decoding (Avro via the registry, or JSON) runs in the JVM."""
+
+    type: Literal["kafka"] = "kafka"
+    topic: str
+    starting_offsets: str = "earliest"
+    filter: str | None = None
+    include_metadata: bool = False
+    data_format: Literal["avro", "json"] = "avro"
+    schema_: dict[str, str] | None = Field(default=None, alias="schema")
+    validate_writer_schema_ordering: bool = True
+    schema_id_overrides: list[SchemaIdOverride] | None = None
+    skip_schema_resolution: bool = False
+    skip_schema_resolution_for_reader_schema_ids: list[int] | None = None
+
+    @field_validator("starting_offsets", mode="before")
+    @classmethod
+    def _offsets(cls, value: Any) -> Any:
+        text = str(value).strip().lower()
+        if text not in ("earliest", "latest") and not text.isdigit():
+            raise ValueError(f"must be earliest, latest or an epoch-milliseconds timestamp (got {value!r})")
+        return text
+
+    @field_validator("schema_")
+    @classmethod
+    def _types(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for column, type_name in (value or {}).items():
+            if not STREAMLING_TYPES.match(str(type_name).strip().lower()):
+                raise ValueError(f"column '{column}': unknown type {type_name!r}; use int8..int64, uint8..uint64, "
+                                 "float32, float64, string, boolean, timestamp, decimal128(p,s) or decimal256(p,s)")
+        return value
+
+    @model_validator(mode="after")
+    def _format_needs_schema(self) -> KafkaSourceOptions:
+        if self.data_format == "json" and not self.schema_:
+            raise ValueError("data_format: json needs 'schema' (column: type)")
+        if self.data_format == "avro" and self.schema_:
+            raise ValueError("'schema' is only for data_format: json; Avro schemas come from the schema registry")
+        return self
+
+
 # --- transforms ----------------------------------------------------------------------------------
 
 class SqlTransformOptions(FromNodeOptions):
@@ -161,6 +213,16 @@ class DeltaSinkOptions(FromNodeOptions):
     partition_by: list[str] | None = None
 
 
+class KafkaSinkOptions(FromNodeOptions):
+    type: Literal["kafka"] = "kafka"
+    topic: str
+    data_format: Literal["avro", "json"] = "avro"
+    topic_partitions: int = Field(default=1, ge=1)
+    compression: Literal["none", "gzip", "lz4", "zstd", "snappy"] = "lz4"
+    message_max_bytes: int | None = Field(default=None, ge=1)
+    deduplicate: bool = True
+
+
 # --- registry ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -177,11 +239,13 @@ class NodeType:
 _BUILTINS: list[NodeType] = [
     NodeType("source", "generate", GenerateSourceOptions, "streamling.sources.generate:GenerateSource", True),
     NodeType("source", "file", FileSourceOptions, "streamling.sources.file:FileSource", True),
+    NodeType("source", "kafka", KafkaSourceOptions, "streamling.sources.kafka:KafkaSource"),
     NodeType("transform", "sql", SqlTransformOptions, "streamling.transforms.sql:SqlTransform"),
     NodeType("sink", "print", PrintSinkOptions, "streamling.sinks.print:PrintSink"),
     NodeType("sink", "blackhole", BlackholeSinkOptions, "streamling.sinks.blackhole:BlackholeSink"),
     NodeType("sink", "postgres", PostgresSinkOptions, "streamling.sinks.postgres:PostgresSink"),
     NodeType("sink", "delta", DeltaSinkOptions, "streamling.sinks.delta:DeltaSink"),
+    NodeType("sink", "kafka", KafkaSinkOptions, "streamling.sinks.kafka:KafkaSink"),
 ]
 
 REGISTRY: dict[str, dict[str, NodeType]] = {"source": {}, "transform": {}, "sink": {}}
