@@ -9,7 +9,6 @@ them through the ``pg_environ`` fixture instead.
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import uuid
 from collections.abc import Iterator, Mapping
@@ -17,21 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from services import parse_exports
 
 ROOT = Path(__file__).resolve().parents[3]
 UP = ROOT / "fixtures" / "services" / "up"
 _PREFIXES = ("STREAMLING__POSTGRES_SINK__", "STREAMLING__STATE_BACKEND__POSTGRES__", "STREAMLING_TEST_POSTGRES_")
-
-
-def parse_exports(text: str) -> dict[str, str]:
-    """``export NAME=value`` lines (shell-quoted) → a dict."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        words = shlex.split(line)
-        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
-            name, _, value = words[1].partition("=")
-            out[name] = value
-    return out
 
 
 @pytest.fixture(scope="session")
