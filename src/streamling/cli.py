@@ -38,7 +38,7 @@ def setup_logging(fmt: str, debug: bool, capture: io.StringIO | None = None) -> 
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)
-    for noisy in ("py4j", "pyspark"):
+    for noisy in ("py4j", "pyspark", "httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

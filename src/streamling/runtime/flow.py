@@ -135,8 +135,10 @@ class FlowRunner:
         stream = self._input_frame()
         writer = (stream.writeStream.foreachBatch(self._process)
                   .option("checkpointLocation", str(self.checkpoint_dir))
-                  .queryName(f"{self.settings.application_id}:{self.flow.name}")
-                  .trigger(**self.trigger()))
+                  .queryName(f"{self.settings.application_id}:{self.flow.name}"))
+        trigger = self.trigger()
+        if trigger:  # none: the next epoch starts as soon as the last one ends
+            writer = writer.trigger(**trigger)
         self.query = writer.start()
         self.bus.publish(ev.FlowStarted(self.flow.name, query_id=str(self.query.id),
                                         sources=[s.name for s in self.sources],

@@ -25,7 +25,11 @@ class DeltaSink(Sink):
         self.opts: DeltaSinkOptions = self.options
         path = self.opts.path
         self.path = os.path.abspath(path) if "://" not in path else path
-        self.key = list(ctx.primary_key)
+
+    @property
+    def key(self) -> list[str]:
+        # Read at write time: the planner may learn the key while resolving schemas (Kafka's Avro doc).
+        return list(self.ctx.primary_key)
 
     def open(self, spark: SparkSession) -> None:
         from delta.tables import DeltaTable

@@ -175,6 +175,8 @@ class PostgresSink(Sink):
 
     def open(self, spark: SparkSession) -> None:
         """Connect and create the schema and table from the input schema the planner passes."""
+        # The planner may learn the key only while resolving schemas (a Kafka source's Avro doc).
+        self.key = list(self.ctx.primary_key)
         schema: StructType | None = self.ctx.extras.get("input_schema")
         columns = self._columns(schema) if schema is not None else None
         self._run("opening the sink", lambda conn: self._ensure_table(conn, columns) if columns else None)

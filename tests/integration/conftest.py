@@ -1,4 +1,4 @@
-"""Postgres for integration tests: the server started by ``fixtures/services/up postgres``.
+"""Postgres for integration tests (postgres, kafka, …): the server started by ``fixtures/services/up postgres``.
 
 If ``STREAMLING_TEST_POSTGRES_DSN`` is already set (``eval "$(fixtures/services/up postgres)"``), that
 server is used; otherwise the fixture script is run once per session and its exports parsed. The
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from services import parse_exports
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 UP = ROOT / "fixtures" / "services" / "up"
 _PREFIXES = ("STREAMLING__POSTGRES_SINK__", "STREAMLING__STATE_BACKEND__POSTGRES__", "STREAMLING_TEST_POSTGRES_")
 

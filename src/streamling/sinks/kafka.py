@@ -1,0 +1,123 @@
+"""``kafka`` sink: rows to a topic in the Confluent Avro wire format (or JSON), via Spark's writer.
+
+The Spark schema (without ``_gs_op``) becomes an Avro record registered under ``<topic>-value``;
+each value is ``0x00 + schema id + to_avro(row)``. The key is the primary key (its value as text,
+or a JSON object for a composite key) and the ``dbz.op`` header carries the operation (insert →
+``c``, ``u``, ``d``), so a Streamling or Debezium consumer reads changes back. Delivery is
+at-least-once: a replayed epoch may publish its messages again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from streamling.errors import StreamlingError
+from streamling.kafka.avro import record_schema
+from streamling.kafka.registry import Registry
+from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
+from streamling.sinks.common import last_row_per_key, op_column
+from streamling.spec.nodes import KafkaSinkOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+
+class KafkaSink(Sink):
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        assert isinstance(self.options, KafkaSinkOptions)
+        self.opts: KafkaSinkOptions = self.options
+        self.conn = ctx.settings.kafka_sink
+        self.topic = self.opts.topic
+        self.subject = f"{self.topic}-value"
+        self._schema_id: int | None = None
+        self._avro_text: str | None = None
+        self._columns: list[str] = []
+
+    @property
+    def key(self) -> list[str]:
+        if not self.ctx.primary_key:
+            raise StreamlingError(f"kafka sink '{self.name}' requires a primary key", node=self.name,
+                                  node_kind="kafka sink", code="primary_key_required",
+                                  hint="set primary_key on the sink or on a node upstream")
+        return list(self.ctx.primary_key)
+
+    def open(self, spark: SparkSession) -> None:
+        self.key  # noqa: B018 - fail before the first epoch when no key resolves
+        self._create_topic()
+        schema = self.ctx.extras.get("input_schema")
+        if schema is not None:
+            self._prepare(schema)
+
+    def _create_topic(self) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient(self.conn.librdkafka())
+        meta = admin.list_topics(timeout=15)
+        if self.topic in meta.topics:
+            log.info("kafka sink '%s': topic '%s' already exists, skipping creation", self.name, self.topic)
+            return
+        futures = admin.create_topics([NewTopic(self.topic, num_partitions=self.opts.topic_partitions)])
+        try:
+            futures[self.topic].result(timeout=30)
+            log.info("kafka sink '%s': created topic '%s' with %d partition(s)", self.name, self.topic,
+                     self.opts.topic_partitions)
+        except Exception as exc:  # noqa: BLE001 - a concurrent creation is fine
+            if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise self.ctx.error(f"cannot create topic '{self.topic}' on {self.conn.brokers}: {exc}",
+                                     retriable=True, hint="check the brokers and the ACLs",
+                                     code="topic_create_failed") from exc
+
+    def _prepare(self, schema: StructType) -> None:
+        from pyspark.sql.types import StructType as ST
+
+        data = ST([f for f in schema.fields if f.name != GS_OP])
+        self._columns = [f.name for f in data.fields]
+        if self.opts.data_format == "avro":
+            avro = record_schema(data, name=self.topic.replace(".", "_").replace("-", "_"), namespace="streamling",
+                                 doc=None)
+            import json
+
+            self._avro_text = json.dumps(avro)
+            registry = Registry(self.conn, self.name, "kafka sink")
+            self._schema_id = registry.register(self.subject, avro)
+
+    def write(self, df: DataFrame, epoch: Epoch) -> int:
+        from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import to_avro
+
+        if self._schema_id is None and self.opts.data_format == "avro" or not self._columns:
+            self._prepare(df.schema)
+        key = self.key
+        staged = df.withColumn("__op", op_column(df))
+        if self.opts.deduplicate:
+            staged = last_row_per_key(staged, key)
+        row = F.struct(*[F.col(f"`{c}`") for c in self._columns])
+        if self.opts.data_format == "avro":
+            header = F.unhex(F.lit(f"00{self._schema_id:08x}"))
+            value = F.concat(header, to_avro(row, self._avro_text))
+        else:
+            value = F.to_json(row).cast("binary")
+        key_col = (F.col(f"`{key[0]}`").cast("string") if len(key) == 1
+                   else F.to_json(F.struct(*[F.col(f"`{k}`") for k in key])))
+        dbz = F.when(F.col("__op") == "d", "d").when(F.col("__op") == "u", "u").otherwise("c")
+        headers = F.array(F.struct(F.lit("dbz.op").alias("key"), dbz.cast("binary").alias("value")))
+        out = staged.select(key_col.cast("binary").alias("key"), value.alias("value"), headers.alias("headers"))
+        out = out.persist()
+        try:
+            rows = out.count()
+            writer = (out.write.format("kafka").options(**self.conn.spark_options()).option("topic", self.topic)
+                      .option("includeHeaders", "true")
+                      .option("kafka.compression.type", self.opts.compression))
+            if self.opts.message_max_bytes:
+                writer = writer.option("kafka.max.request.size", str(self.opts.message_max_bytes))
+            if self.opts.batch_size:
+                writer = writer.option("kafka.batch.size", str(self.opts.batch_size))
+            writer.save()
+        finally:
+            out.unpersist()
+        return rows

@@ -1,0 +1,273 @@
+"""``kafka`` source: Spark's own Kafka connector, Avro decoded in the JVM by schema id.
+
+Values are in the Confluent wire format (magic byte 0, 4-byte big-endian schema id, Avro body).
+Each epoch decodes every writer schema registered under ``<topic>-value`` into the subject's
+latest (reader) schema with ``from_avro`` — fields matched by name, defaults filling added fields,
+removed fields dropped, int→long and float→double promoted. ``_gs_op`` comes from the ``dbz.op``
+header. A record that cannot be decoded stops the flow with its topic, partition and offset:
+nothing after it is processed or skipped (there is no dead-letter topic; see the README).
+
+Offsets: Spark's checkpoint is the truth. After each committed epoch the end offsets are
+committed to the consumer group (so lag shows in standard tooling) and copied to the state
+backend as ``{node}:{topic}:{partition}`` (the next offset to read). On a fresh checkpoint the
+start is, in order: the state backend's offsets, the group's committed offsets, ``starting_offsets``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import struct
+from typing import TYPE_CHECKING, Any
+
+from streamling.errors import StreamlingError
+from streamling.kafka.avro import primary_keys_from_doc, unwrap_root
+from streamling.kafka.registry import RegisteredSchema, Registry
+from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Source
+from streamling.spec.nodes import KafkaSourceOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+POISON = "streamling-poison: "
+JSON_TYPES = {"int8": "TINYINT", "int16": "SMALLINT", "int32": "INT", "int64": "BIGINT", "uint8": "SMALLINT",
+              "uint16": "INT", "uint32": "BIGINT", "uint64": "DECIMAL(20,0)", "float32": "FLOAT",
+              "float64": "DOUBLE", "string": "STRING", "boolean": "BOOLEAN", "timestamp": "TIMESTAMP",
+              "decimal": "DECIMAL(38,9)"}
+
+
+def json_type(name: str) -> str:
+    text = name.strip().lower()
+    match = re.fullmatch(r"decimal(128|256)\(\s*(\d+)\s*,\s*(\d+)\s*\)", text)
+    if match:
+        precision = min(int(match.group(2)), 38)  # Spark decimals stop at 38 digits
+        return f"DECIMAL({precision},{match.group(3)})"
+    return JSON_TYPES[text]
+
+
+class KafkaSource(Source):
+    bounded = False
+
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        assert isinstance(self.options, KafkaSourceOptions)
+        self.opts: KafkaSourceOptions = self.options
+        self.conn = ctx.settings.kafka_source
+        self.topic = self.opts.topic
+        self.subject = f"{self.topic}-value"
+        self.group_id = self.conn.consumer_group_id or f"{ctx.settings.application_id}.{self.name}"
+        self._registry: Registry | None = None
+        self._consumer: Any = None
+
+    # --- schema ---------------------------------------------------------------------------------
+
+    @property
+    def registry(self) -> Registry:
+        if self._registry is None:
+            self._registry = Registry(self.conn, self.name, "kafka source")
+        return self._registry
+
+    def _schemas(self) -> tuple[RegisteredSchema, dict[int, dict[str, Any]]]:
+        """The reader schema (latest version) and every writer schema by id."""
+        versions = self.registry.versions(self.subject)
+        reader = max(versions.values(), key=lambda s: s.version)
+        writers = {sid: unwrap_root(s.schema) for sid, s in versions.items()}
+        for override in self.opts.schema_id_overrides or []:
+            if override.to in writers:
+                writers[override.from_] = writers[override.to]
+        return reader, writers
+
+    def inferred_primary_key(self) -> list[str]:
+        if self.opts.data_format != "avro":
+            return []
+        reader, _ = self._schemas()
+        return primary_keys_from_doc(unwrap_root(reader.schema))
+
+    # --- offsets --------------------------------------------------------------------------------
+
+    def _admin_conf(self) -> dict[str, str]:
+        return self.conn.librdkafka()
+
+    def _partitions(self) -> list[int]:
+        from confluent_kafka.admin import AdminClient
+
+        meta = AdminClient(self._admin_conf()).list_topics(self.topic, timeout=15)
+        topic = meta.topics.get(self.topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            raise self.ctx.error(f"topic '{self.topic}' does not exist on {self.conn.brokers}",
+                                 hint="create the topic or fix 'topic'", code="topic_missing")
+        return sorted(topic.partitions)
+
+    def _group_offsets(self, partitions: list[int]) -> dict[int, int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({**self._admin_conf(), "group.id": self.group_id, "enable.auto.commit": False})
+        try:
+            committed = consumer.committed([TopicPartition(self.topic, p) for p in partitions], timeout=15)
+        finally:
+            consumer.close()
+        return {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+
+    def starting_offsets(self) -> dict[str, str]:
+        """Spark options that place a brand-new checkpoint (ignored by Spark when resuming)."""
+        state = self.ctx.extras.get("state")
+        stored: dict[int, int] = {}
+        if state is not None:
+            prefix = f"{self.name}:{self.topic}:"
+            stored = {int(k[len(prefix):]): int(v["offset"]) for k, v in state.list(prefix).items()}
+        source = "state backend"
+        if not stored and self.ctx.extras.get("runtime"):
+            stored, source = self._group_offsets(self._partitions()), f"consumer group '{self.group_id}'"
+        if stored:
+            fallback = -1 if self.opts.starting_offsets == "latest" else -2
+            offsets = {str(p): stored.get(p, fallback) for p in self._partitions()}
+            log.info("kafka source '%s': starting from the %s's offsets %s", self.name, source, offsets)
+            return {"startingOffsets": json.dumps({self.topic: offsets})}
+        if self.opts.starting_offsets.isdigit():
+            return {"startingTimestamp": self.opts.starting_offsets,
+                    "startingOffsetsByTimestampStrategy": "latest"}
+        return {"startingOffsets": self.opts.starting_offsets}
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def read_stream(self, spark: SparkSession) -> DataFrame:
+        reader = (spark.readStream.format("kafka").options(**self.conn.spark_options())
+                  .option("subscribe", self.topic).option("includeHeaders", "true")
+                  .option("failOnDataLoss", "true"))
+        if self.conn.max_offsets_per_epoch:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.conn.max_offsets_per_epoch))
+        reader = reader.options(**self.starting_offsets())
+        return reader.load()
+
+    def _where(self) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.concat(F.lit("topic "), F.col("topic"), F.lit(" partition "), F.col("partition").cast("string"),
+                        F.lit(" offset "), F.col("offset").cast("string"))
+
+    def _poison(self, message: Column) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.raise_error(F.concat(F.lit(POISON), message))
+
+    def decode(self, df: DataFrame, epoch: Epoch | None) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        where = self._where()
+        if self.opts.data_format == "json":
+            ddl = ", ".join(f"`{c}` {json_type(t)}" for c, t in (self.opts.schema_ or {}).items())
+            body = F.from_json(F.col("value").cast("string"), ddl, {"mode": "FAILFAST"})
+            decoded = F.when(F.col("value").isNull(), self._poison(F.concat(F.lit("tombstone (null value) at "),
+                                                                                where))).otherwise(body)
+        else:
+            decoded = self._avro(where)
+        op = F.expr("CASE lower(cast(try_element_at(filter(headers, h -> h.key = 'dbz.op'), 1).value AS STRING)) "
+                    "WHEN 'u' THEN 'u' WHEN 'd' THEN 'd' ELSE 'i' END")
+        meta = []
+        if self.opts.include_metadata:
+            meta = [F.col("topic").alias("_kafka_topic"), F.col("partition").alias("_kafka_partition"),
+                    F.col("offset").alias("_kafka_offset"), F.col("timestamp").alias("_kafka_timestamp"),
+                    F.col("key").cast("string").alias("_kafka_key")]
+        out = df.select(decoded.alias("__v"), op.alias(GS_OP), *meta).select("__v.*", GS_OP, *_names(meta))
+        if self.opts.filter:
+            out = out.where(F.expr(self.opts.filter))
+        return out
+
+    def _avro(self, where: Column) -> Column:
+        from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import from_avro
+
+        reader, writers = self._schemas()
+        reader_text = json.dumps(unwrap_root(reader.schema))
+        value = F.col("value")
+        schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
+        payload = F.expr("substring(value, 6)")
+        expr = (F.when(value.isNull(), self._poison(F.concat(F.lit("tombstone (null value) at "), where)))
+                .when((F.length(value) < 5) | (F.substring(value, 1, 1) != F.lit(b"\x00")),
+                      self._poison(F.concat(F.lit("not in the Confluent Avro wire format (bad magic byte or too "
+                                                  "short) at "), where))))
+        for sid, writer in sorted(writers.items()):
+            writer_text = reader_text if self.opts.skip_schema_resolution else json.dumps(writer)
+            expr = expr.when(schema_id == sid, from_avro(payload, writer_text,
+                                                         {"avroSchema": reader_text, "mode": "FAILFAST"}))
+        return expr.otherwise(self._poison(F.concat(
+            F.lit("unknown schema id "), schema_id.cast("string"),
+            F.lit(f" (not registered under subject '{self.subject}') at "), where)))
+
+    # --- failures -------------------------------------------------------------------------------
+
+    def explain_failure(self, raw: DataFrame, exc: BaseException) -> StreamlingError | None:
+        text = _chain_text(exc)
+        hint = ("nothing after this record was processed; fix the producer, then move the consumer past it "
+                "(or reset the flow's checkpoint)")
+        if POISON in text:
+            message = text.split(POISON, 1)[1].split("\n", 1)[0]
+            message = re.sub(r"\s*SQLSTATE: \w+\.?$", "", message).rstrip(". ")
+            return self.ctx.error(f"poison record: {message}", hint=hint, code="poison_record")
+        if "malformed" in text.lower() and self.opts.data_format == "avro":
+            found = self._find_undecodable(raw)
+            if found:
+                return self.ctx.error(f"poison record: {found}", hint=hint, code="poison_record")
+        if "malformed" in text.lower():
+            return self.ctx.error(f"poison record: a value on topic '{self.topic}' is not valid JSON for 'schema'",
+                                  hint=hint, code="poison_record")
+        return None
+
+    def _find_undecodable(self, raw: DataFrame) -> str | None:
+        """Decode the failed epoch record by record (only on failure) to name the culprit."""
+        import fastavro
+
+        reader, writers = self._schemas()
+        parsed_reader = fastavro.parse_schema(unwrap_root(reader.schema))
+        parsed: dict[int, Any] = {}
+        rows = raw.select("topic", "partition", "offset", "value").orderBy("partition", "offset").toLocalIterator()
+        for row in rows:
+            value = bytes(row["value"] or b"")
+            sid = struct.unpack(">I", value[1:5])[0]
+            if sid not in writers:
+                continue
+            if sid not in parsed:
+                parsed[sid] = fastavro.parse_schema(writers[sid])
+            try:
+                fastavro.schemaless_reader(io.BytesIO(value[5:]), parsed[sid], parsed_reader)
+            except Exception as exc:  # noqa: BLE001 - any decode failure identifies the record
+                return (f"cannot decode the Avro value with schema id {sid} at topic {row['topic']} partition "
+                        f"{row['partition']} offset {row['offset']}: {exc or type(exc).__name__}")
+        return None
+
+    # --- finalization ---------------------------------------------------------------------------
+
+    def state_entries(self, end_offset: Any) -> dict[str, dict[str, Any]]:
+        per_partition = (end_offset or {}).get(self.topic, {}) if isinstance(end_offset, dict) else {}
+        return {f"{self.name}:{self.topic}:{p}": {"offset": int(o)} for p, o in per_partition.items()}
+
+    def on_finalized(self, epoch: Epoch, end_offset: Any) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        per_partition = (end_offset or {}).get(self.topic, {}) if isinstance(end_offset, dict) else {}
+        if not per_partition:
+            return
+        if self._consumer is None:
+            self._consumer = Consumer({**self._admin_conf(), "group.id": self.group_id, "enable.auto.commit": False})
+        self._consumer.commit(offsets=[TopicPartition(self.topic, int(p), int(o)) for p, o in per_partition.items()],
+                              asynchronous=False)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def _names(columns: list[Column]) -> list[str]:
+    return ["_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key"][:len(columns)]
+
+
+def _chain_text(exc: BaseException | None) -> str:
+    parts = []
+    while exc is not None:
+        parts.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    return "\n".join(parts)

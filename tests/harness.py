@@ -1,0 +1,73 @@
+"""Running whole pipelines in-process on the shared SparkSession (importable as ``harness``)."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from streamling.config import Settings, load_settings
+from streamling.runtime import events as ev
+from streamling.runtime.pipeline import PipelineRun
+from streamling.spec import parse_pipeline
+
+
+class Runner:
+    """Runs a pipeline YAML in a per-test state dir and records its events."""
+
+    def __init__(self, spark: Any, tmp_path: Path, environ: Mapping[str, str] | None = None) -> None:
+        self.spark = spark
+        self.tmp_path = tmp_path
+        self.environ = dict(environ or {})
+        self.events: list[ev.Event] = []
+
+    def settings(self, **overrides: Any) -> Settings:
+        base: dict[str, Any] = {"state_dir": str(self.tmp_path / "state"), "application_id": "test_app",
+                                "checkpoint_interval_sec": 0}
+        base.update(overrides)
+        return load_settings(environ=self.environ, cwd=self.tmp_path, overrides=base)
+
+    def pipeline(self, yaml_text: str, **overrides: Any) -> PipelineRun:
+        spec = parse_pipeline(textwrap.dedent(yaml_text))
+        bus = ev.EventBus()
+        bus.subscribe(self.events.append)
+        return PipelineRun(spec, self.settings(**overrides), self.spark, bus)
+
+    def run(self, yaml_text: str, timeout_secs: float = 180, **overrides: Any) -> PipelineRun:
+        """Run until every flow ends by itself (bounded sources) or ``timeout_secs``."""
+        run = self.pipeline(yaml_text, **overrides)
+        run.start()
+        try:
+            run.wait(timeout_secs=timeout_secs)
+        finally:
+            run.stop("test finished")
+        return run
+
+    def run_until(self, yaml_text: str, done: Callable[[Runner], bool], timeout_secs: float = 180,
+                  **overrides: Any) -> PipelineRun:
+        """Run an unbounded pipeline until ``done(self)`` holds, then stop it between epochs."""
+        run = self.pipeline(yaml_text, **overrides)
+        run.start()
+        try:
+            deadline = time.monotonic() + timeout_secs
+            while time.monotonic() < deadline and not done(self):
+                failed = [r.failure for r in run.runners if r.failure is not None]
+                if failed:
+                    raise failed[0]
+                time.sleep(0.2)
+            else:
+                if not done(self):
+                    raise AssertionError(f"pipeline did not get there in {timeout_secs}s; events: {self.events[-5:]}")
+        finally:
+            run.request_stop("test finished")
+            run.wait(timeout_secs=60)
+            run.stop("test finished")
+        return run
+
+    def of_type(self, kind: type[ev.Event]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def input_rows(self) -> int:
+        return sum(e.input_rows for e in self.of_type(ev.EpochFinalized))
