@@ -74,7 +74,9 @@ class KafkaSource(Source):
         """The reader schema (latest version) and every writer schema by id."""
         versions = self.registry.versions(self.subject)
         reader = max(versions.values(), key=lambda s: s.version)
-        writers = {sid: unwrap_root(s.schema) for sid, s in versions.items()}
+        # Writers stay as registered: a Debezium ["null", record] root puts a union branch index
+        # before the record on the wire, which Avro resolution strips when reading into the record.
+        writers = {sid: s.schema for sid, s in versions.items()}
         for override in self.opts.schema_id_overrides or []:
             if override.to in writers:
                 writers[override.from_] = writers[override.to]

@@ -266,3 +266,49 @@ def test_poison_records_stop_the_flow_with_their_position(kafka_runner: Runner, 
     assert f"topic {produce.topic} partition 0 offset 1" in message
     assert "nothing after this record was processed" in message
     assert not kafka_runner.of_type(ev.EpochFinalized)  # the epoch holding the poison never committed
+
+
+DEBEZIUM_ROOT = ["null", {"type": "record", "name": "Value", "namespace": "dbserver.inventory.customers",
+                          "fields": [{"name": "id", "type": "long"}, {"name": "email", "type": ["null", "string"],
+                                                                       "default": None}]}]
+
+
+def test_debezium_union_root_metadata_quoted_filter_and_json_sink(
+        kafka_runner: Runner, produce: Producer, kafka_bootstrap: str, kafka_admin: Any) -> None:
+    from confluent_kafka import Consumer
+
+    produce.avro(DEBEZIUM_ROOT, {"id": 1, "email": "a@x.io"}, op="r", partition=0)
+    produce.avro(DEBEZIUM_ROOT, {"id": 2, "email": "it's; -- not a comment"}, op="c", partition=1)
+    produce.avro(DEBEZIUM_ROOT, {"id": 3, "email": None}, op="u", partition=0)
+    produce.flush()
+    out_topic = f"{produce.topic}_json"
+    try:
+        run = kafka_runner.run_until(f"""
+            sources:
+              customers:
+                type: kafka
+                topic: {produce.topic}
+                include_metadata: true
+                primary_key: id
+                filter: "email IS NULL OR email <> 'it''s; -- not a comment'"
+            sinks:
+              out: {{type: kafka, from: customers, topic: {out_topic}, data_format: json}}
+        """, lambda r: r.input_rows() >= 3, checkpoint_interval_sec=0.5)
+        columns = run.plan.schemas["customers"].fieldNames()
+        assert columns == ["id", "email", "_gs_op", "_kafka_topic", "_kafka_partition", "_kafka_offset",
+                           "_kafka_timestamp", "_kafka_key"]
+        consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"reader-{out_topic}",
+                             "auto.offset.reset": "earliest"})
+        consumer.subscribe([out_topic])
+        got: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 2 and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and not msg.error():
+                got.append({**json.loads(msg.value()), "op": dict(msg.headers())["dbz.op"].decode()})
+        consumer.close()
+        got.sort(key=lambda g: g["id"])
+        assert [(g["id"], g.get("email"), g["op"], g["_kafka_partition"], g["_kafka_key"]) for g in got] == [
+            (1, "a@x.io", "c", 0, "1"), (3, None, "u", 0, "3")]  # the quoted literal filtered row 2 out
+    finally:
+        kafka_admin.delete_topics([out_topic])
