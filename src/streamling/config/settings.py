@@ -112,9 +112,10 @@ class KafkaConnection(_Section):
     schema_registry_password: str | None = None
     client_id: str | None = None
 
-    def librdkafka(self) -> dict[str, str]:
+    def librdkafka(self) -> dict[str, str | int | float | bool]:
         """Settings for confluent-kafka clients (admin, offset commits, tests)."""
-        conf = {"bootstrap.servers": self.brokers, "security.protocol": self.security_protocol}
+        conf: dict[str, str | int | float | bool] = {"bootstrap.servers": self.brokers,
+                                                     "security.protocol": self.security_protocol}
         if self.sasl_mechanism:
             conf["sasl.mechanism"] = self.sasl_mechanism
         if self.sasl_username:

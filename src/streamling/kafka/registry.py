@@ -63,9 +63,10 @@ class Registry:
                 if number in seen_versions:
                     continue
                 registered = self._client.get_version(subject, number)
-                schema = json.loads(registered.schema.schema_str)
-                known[registered.schema_id] = RegisteredSchema(registered.schema_id, number, schema)
-                self._by_id[registered.schema_id] = schema
+                schema = json.loads(registered.schema.schema_str or "null")
+                schema_id = int(registered.schema_id or 0)
+                known[schema_id] = RegisteredSchema(schema_id, number, schema)
+                self._by_id[schema_id] = schema
             return dict(known)
 
     def latest(self, subject: str) -> RegisteredSchema:
@@ -75,7 +76,7 @@ class Registry:
     def by_id(self, schema_id: int) -> dict[str, Any]:
         if schema_id not in self._by_id:
             try:
-                self._by_id[schema_id] = json.loads(self._client.get_schema(schema_id).schema_str)
+                self._by_id[schema_id] = json.loads(self._client.get_schema(schema_id).schema_str or "null")
             except Exception as exc:  # noqa: BLE001
                 raise self._error(f"looking up schema id {schema_id}", exc, "the id is unknown to the registry",
                                   retriable=False) from exc

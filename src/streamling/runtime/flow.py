@@ -8,6 +8,7 @@ idempotency (or rely on primary-key upserts).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -115,8 +116,7 @@ class FlowRunner:
         if self.bounded:
             return {"availableNow": True}
         interval = float(self.settings.checkpoint_interval_sec)
-        polls = [getattr(s, "poll_interval_secs", None) for s in self.sources]
-        polls = [p for p in polls if p]
+        polls: list[float] = [float(p) for s in self.sources if (p := getattr(s, "poll_interval_secs", None))]
         if polls:
             interval = min([interval, *polls]) if interval > 0 else min(polls)
         return {"processingTime": f"{int(interval * 1000)} milliseconds"} if interval > 0 else {}
@@ -125,7 +125,7 @@ class FlowRunner:
         self._check_checkpoint()
         for sink in self.sinks:
             try:
-                call_with_retry(lambda s=sink: s.open(self.spark), self.settings.retry,
+                call_with_retry(functools.partial(sink.open, self.spark), self.settings.retry,
                                 f"opening {sink.ctx.spec.type} sink '{sink.name}'")
             except StreamlingError:
                 raise

@@ -17,6 +17,8 @@ from streamling.spec.pipeline import PipelineSpec
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from streamling.state import StateBackend
+
 log = logging.getLogger(__name__)
 
 
@@ -66,7 +68,7 @@ class PipelineRun:
         self._by_query: dict[str, FlowRunner] = {}
         self._listener: _ProgressListener | None = None
         self._stop = threading.Event()
-        self.state = None
+        self.state: StateBackend | None = None
 
     def analyze(self) -> Plan:
         analyze(self.plan, self.spark)

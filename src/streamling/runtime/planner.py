@@ -187,9 +187,9 @@ def analyze(plan: Plan, spark: SparkSession) -> None:
                 plan.nodes[sink_spec.name].ctx.extras["input_schema"] = ups[0]
     failed: set[str] = set()
     for spec in plan.spec.topological():
-        schema = plan.schemas.get(spec.name)
-        if schema is None:
+        if spec.name not in plan.schemas:
             continue
+        schema = plan.schemas[spec.name]
         columns = [f.name for f in schema.fields]
         declared = parse_key(spec.options.primary_key)
         if not declared and any(u in failed for u in spec.upstream):

@@ -15,7 +15,7 @@ from streamling.sinks.common import last_row_per_key, op_column
 from streamling.spec.nodes import DeltaSinkOptions
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 
 class DeltaSink(Sink):
@@ -74,7 +74,7 @@ class DeltaSink(Sink):
         target = DeltaTable.forPath(spark, self.path)
         cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.key)
         columns = [c for c in staged.columns if c != "__op"]
-        values = {f"`{c}`": F.col(f"s.`{c}`") for c in columns}
+        values: dict[str, str | Column] = {f"`{c}`": F.col(f"s.`{c}`") for c in columns}
         (target.alias("t").merge(staged.alias("s"), cond)
          .whenMatchedDelete(condition="s.__op = 'd'")
          .whenMatchedUpdate(set=values)

@@ -99,7 +99,7 @@ class KafkaSink(Sink):
         row = F.struct(*[F.col(f"`{c}`") for c in self._columns])
         if self.opts.data_format == "avro":
             header = F.unhex(F.lit(f"00{self._schema_id:08x}"))
-            value = F.concat(header, to_avro(row, self._avro_text))
+            value = F.concat(header, to_avro(row, self._avro_text or ""))
         else:
             value = F.to_json(row).cast("binary")
         key_col = (F.col(f"`{key[0]}`").cast("string") if len(key) == 1

@@ -90,7 +90,7 @@ class KafkaSource(Source):
 
     # --- offsets --------------------------------------------------------------------------------
 
-    def _admin_conf(self) -> dict[str, str]:
+    def _admin_conf(self) -> dict[str, str | int | float | bool]:
         return self.conn.librdkafka()
 
     def _partitions(self) -> list[int]:
