@@ -138,3 +138,31 @@ def java_message(exc: BaseException) -> str:
         except Exception:  # noqa: BLE001 - the message is best effort
             pass
     return _first_line(str(exc))
+
+
+# Errors raised inside Spark's Python workers (mapInArrow operators, data sources) reach the
+# driver only as text inside a JVM exception. A marked line carries the node and the message
+# through, so the runtime can report "script transform 'x': …" instead of a worker traceback.
+_NODE_ERROR = "streamling-node-error"
+
+
+class NodeFailure(RuntimeError):
+    """Raise from executor-side code; the driver turns it back into a ``StreamlingError``."""
+
+    def __init__(self, node: str, node_kind: str, message: str, hint: str | None = None) -> None:
+        payload = "\x1f".join([node, node_kind, message.replace("\n", " "), hint or ""])
+        super().__init__(f"{_NODE_ERROR}[{payload}]")
+
+
+def node_failure_from_text(text: str) -> StreamlingError | None:
+    """Find a ``NodeFailure`` in an exception's text (e.g. a PythonException from a worker)."""
+    start = text.find(f"{_NODE_ERROR}[")
+    if start < 0:
+        return None
+    end = text.find("]", start)
+    body = text[start + len(_NODE_ERROR) + 1:end if end > 0 else None]
+    parts = body.split("\x1f")
+    if len(parts) != 4:
+        return None
+    node, node_kind, message, hint = parts
+    return StreamlingError(message, node=node, node_kind=node_kind, hint=hint or None, code="node_failed")

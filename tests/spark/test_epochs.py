@@ -10,8 +10,10 @@ from streamling.errors import StreamlingError
 from streamling.runtime import events as ev
 from streamling.runtime.nodes import Epoch, Sink
 from streamling.runtime.planner import build_plan
+from streamling.sources.generate import generate_batch
 from streamling.spec import nodes as spec_nodes
 from streamling.spec import parse_pipeline
+from streamling.transforms.arrow import ArrowTransform
 
 pytestmark = pytest.mark.spark
 
@@ -127,3 +129,66 @@ def test_plan_describes_flows_keys_and_schemas(runner):
     assert [(f["name"], f["sinks"], f["bounded"]) for f in plan["flows"]] == [("a", ["x"], True), ("b", ["y"], True)]
     assert plan["nodes"]["x"]["primary_key"] == ["id"]  # inherited through the transform
     assert plan["nodes"]["slim"]["schema"] == ["id bigint", "amount double", "_gs_op string"]
+
+
+class UpperOptions(spec_nodes.FromNodeOptions):
+    type: str = "upper"
+    column: str
+
+
+def _upper_batches(column: str, node: str):  # type: ignore[no-untyped-def]
+    def run(batches):  # type: ignore[no-untyped-def]
+        import pyarrow.compute as pc
+
+        from streamling.errors import NodeFailure
+
+        for batch in batches:
+            values = batch.column(column)
+            if pc.any(pc.equal(values, "BOOM")).as_py():
+                raise NodeFailure(node, "upper transform", "refuses the value BOOM", hint="remove it upstream")
+            yield batch.set_column(batch.schema.get_field_index(column), column, pc.utf8_upper(values))
+
+    return run
+
+
+class UpperTransform(ArrowTransform):
+    """Upper-cases one column, a whole Arrow batch at a time."""
+
+    def output_schema(self, input_schema: Any) -> Any:
+        return input_schema
+
+    def batch_function(self, input_schema: Any, epoch: Epoch | None) -> Any:
+        return _upper_batches(self.options.column, self.name)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def upper_transform(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(spec_nodes.REGISTRY["transform"], "upper",
+                        spec_nodes.NodeType("transform", "upper", UpperOptions, f"{__name__}:UpperTransform"))
+
+
+def test_arrow_transforms_run_on_whole_batches_and_name_themselves_on_failure(runner, upper_transform, capsys):
+    runner.run("""
+        sources:
+          s: {type: generate, rows: 3}
+        transforms:
+          loud: {type: upper, from: s, column: customer}
+        sinks:
+          out: {type: print, from: loud}
+    """)
+    lines = capsys.readouterr().out.splitlines()
+    expected = [c.upper() for c in generate_batch("orders", 0, 3, 0, 0).column("customer").to_pylist()]
+    assert [line.split('"customer":"')[1].split('"')[0] for line in lines] == expected
+    assert expected[0] == "CUSTOMER-0000"
+
+    with pytest.raises(StreamlingError) as info:
+        runner.run("""
+            sources:
+              words: {type: generate, rows: 3}
+            transforms:
+              boom: {type: sql, sql: "SELECT id, 'BOOM' AS word FROM words"}
+              loud: {type: upper, from: boom, column: word}
+            sinks:
+              out: {type: blackhole, from: loud}
+        """)
+    assert info.value.headline() == "upper transform 'loud': refuses the value BOOM — remove it upstream"
