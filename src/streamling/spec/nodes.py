@@ -173,6 +173,35 @@ class SqlTransformOptions(FromNodeOptions):
     sql: str
 
 
+class WasmTransformOptions(FromNodeOptions):
+    """A user's Extism plugin, called once per Arrow batch (README: "WASM plugin transform")."""
+
+    type: Literal["wasm"] = "wasm"
+    module: str = Field(description="path of the .wasm file, relative to the working directory")
+    function: str = "process"
+    config: dict[str, str] = Field(default_factory=dict, description="the Extism plugin config")
+    input_format: Literal["json", "arrow"] = "json"
+    schema_: dict[str, str] | None = Field(default=None, alias="schema")
+    timeout_ms: int = Field(default=10_000, ge=1, description="per plugin call")
+    memory_max_pages: int | None = Field(default=None, ge=1, description="64 KiB pages")
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _config_text(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): "" if v is None else str(v) for k, v in value.items()}
+        return value
+
+    @field_validator("schema_")
+    @classmethod
+    def _types(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for column, type_name in (value or {}).items():
+            if not STREAMLING_TYPES.match(str(type_name).strip().lower()):
+                raise ValueError(f"column '{column}': unknown type {type_name!r}; use int8..int64, uint8..uint64, "
+                                 "float32, float64, string, boolean, timestamp, decimal128(p,s) or decimal256(p,s)")
+        return value
+
+
 # --- sinks ---------------------------------------------------------------------------------------
 
 class PrintSinkOptions(FromNodeOptions):
@@ -241,6 +270,7 @@ _BUILTINS: list[NodeType] = [
     NodeType("source", "file", FileSourceOptions, "streamling.sources.file:FileSource", True),
     NodeType("source", "kafka", KafkaSourceOptions, "streamling.sources.kafka:KafkaSource"),
     NodeType("transform", "sql", SqlTransformOptions, "streamling.transforms.sql:SqlTransform"),
+    NodeType("transform", "wasm", WasmTransformOptions, "streamling.transforms.wasm:WasmTransform"),
     NodeType("sink", "print", PrintSinkOptions, "streamling.sinks.print:PrintSink"),
     NodeType("sink", "blackhole", BlackholeSinkOptions, "streamling.sinks.blackhole:BlackholeSink"),
     NodeType("sink", "postgres", PostgresSinkOptions, "streamling.sinks.postgres:PostgresSink"),
