@@ -165,6 +165,14 @@ class RetrySettings(_Section):
     max_backoff_ms: int = 10000
 
 
+class WasmScriptSettings(_Section):
+    """Sandbox of the ``script`` transform: runtime ``.wasm`` (default: packaged QuickJS) and limits per batch."""
+
+    runtime_wasm_file_path: str | None = None
+    memory_limit_mb: int = Field(default=256, ge=8)
+    cpu_limit_ms: int = Field(default=30000, ge=10)
+
+
 class Settings(BaseModel):
     """The whole runtime configuration."""
 
@@ -189,6 +197,7 @@ class Settings(BaseModel):
     retry: RetrySettings = Field(default_factory=RetrySettings)
     kafka_source: KafkaSourceSettings = Field(default_factory=KafkaSourceSettings)
     kafka_sink: KafkaSinkSettings = Field(default_factory=KafkaSinkSettings)
+    wasm_script: WasmScriptSettings = Field(default_factory=WasmScriptSettings)
 
     def postgres_connection_for(self, sink_name: str) -> PostgresSinkSettings:
         """The sink's connection: ``postgres_sink`` overlaid with its per-sink override.

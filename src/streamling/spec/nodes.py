@@ -173,6 +173,31 @@ class SqlTransformOptions(FromNodeOptions):
     sql: str
 
 
+class ScriptTransformOptions(FromNodeOptions):
+    """JavaScript/TypeScript run per batch in a WebAssembly sandbox; ``schema`` coerces the output."""
+
+    type: Literal["script"] = "script"
+    language: Literal["javascript", "typescript"] = "javascript"
+    script: str
+    schema_: dict[str, str] | None = Field(default=None, alias="schema")
+
+    @field_validator("language", mode="before")
+    @classmethod
+    def _language(cls, value: Any) -> Any:
+        aliases = {"js": "javascript", "ts": "typescript"}
+        text = str(value).strip().lower()
+        return aliases.get(text, text)
+
+    @field_validator("schema_")
+    @classmethod
+    def _types(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for column, type_name in (value or {}).items():
+            if not STREAMLING_TYPES.match(str(type_name).strip().lower()):
+                raise ValueError(f"column '{column}': unknown type {type_name!r}; use int8..int64, uint8..uint64, "
+                                 "float32, float64, string, boolean, timestamp, decimal128(p,s) or decimal256(p,s)")
+        return value
+
+
 class WasmTransformOptions(FromNodeOptions):
     """A user's Extism plugin, called once per Arrow batch (README: "WASM plugin transform")."""
 
@@ -270,6 +295,7 @@ _BUILTINS: list[NodeType] = [
     NodeType("source", "file", FileSourceOptions, "streamling.sources.file:FileSource", True),
     NodeType("source", "kafka", KafkaSourceOptions, "streamling.sources.kafka:KafkaSource"),
     NodeType("transform", "sql", SqlTransformOptions, "streamling.transforms.sql:SqlTransform"),
+    NodeType("transform", "script", ScriptTransformOptions, "streamling.transforms.script:ScriptTransform"),
     NodeType("transform", "wasm", WasmTransformOptions, "streamling.transforms.wasm:WasmTransform"),
     NodeType("sink", "print", PrintSinkOptions, "streamling.sinks.print:PrintSink"),
     NodeType("sink", "blackhole", BlackholeSinkOptions, "streamling.sinks.blackhole:BlackholeSink"),

@@ -1,0 +1,267 @@
+"""Script transform: user JavaScript/TypeScript over each Arrow batch, inside a WASM sandbox.
+
+The batch goes into the sandbox whole, as JSON lines (one QuickJS instance per batch, see
+``quickjs.py``); the user's single top-level function gets each row as an object and returns an
+object, an array of objects (one row in, several out) or null (drop). Coercion to the output
+``schema`` happens in the sandbox, so what comes back is already typed JSON that Arrow's C++ reader
+turns into the output batch without a Python loop over rows.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from streamling.errors import NodeFailure
+from streamling.runtime.nodes import GS_OP, Epoch, NodeContext
+from streamling.spec.nodes import ScriptTransformOptions
+from streamling.transforms import quickjs
+from streamling.transforms.arrow import ArrowTransform, BatchFunction
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import DataType, StructType
+
+NODE_KIND = "script transform"
+_DECIMAL = re.compile(r"^decimal(128|256)?\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+
+
+def spark_type(type_name: str) -> DataType:
+    """A Streamling column type as a Spark type (unsigned ones widen to the next signed type)."""
+    from pyspark.sql import types as T
+
+    name = type_name.strip().lower()
+    simple: dict[str, DataType] = {
+        "int8": T.ByteType(), "int16": T.ShortType(), "int32": T.IntegerType(), "int64": T.LongType(),
+        "uint8": T.ShortType(), "uint16": T.IntegerType(), "uint32": T.LongType(), "uint64": T.DecimalType(20, 0),
+        "float32": T.FloatType(), "float64": T.DoubleType(), "string": T.StringType(),
+        "boolean": T.BooleanType(), "timestamp": T.TimestampType(), "decimal": T.DecimalType(38, 18),
+    }
+    if name in simple:
+        return simple[name]
+    match = _DECIMAL.match(name)
+    if match:
+        precision, scale = int(match.group(2)), int(match.group(3))
+        return T.DecimalType(min(precision, 38), min(scale, 38))
+    raise ValueError(f"unknown type {type_name!r}")
+
+
+def coercion_kind(data_type: DataType) -> str:
+    """How the sandbox coerces a value for a Spark type ("raw" passes it through unchanged)."""
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return "int"
+    if isinstance(data_type, (T.FloatType, T.DoubleType)):
+        return "float"
+    if isinstance(data_type, T.StringType):
+        return "string"
+    if isinstance(data_type, T.BooleanType):
+        return "bool"
+    if isinstance(data_type, (T.TimestampType, T.TimestampNTZType, T.DateType)):
+        return "ts"
+    if isinstance(data_type, T.DecimalType):
+        return "decimal"
+    return "raw"
+
+
+@dataclass(frozen=True)
+class ScriptJob:
+    """Everything an executor needs for one node: plain data, so it pickles small."""
+
+    node: str
+    driver: str
+    trace_driver: str
+    runtime_path: str
+    memory_limit_mb: int
+    cpu_limit_ms: int
+    output_schema: pa.Schema
+    primary_key: tuple[str, ...]
+
+
+class ScriptTransform(ArrowTransform):
+    """``type: script``: JavaScript or TypeScript, one sandbox call per Arrow batch."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        assert isinstance(self.options, ScriptTransformOptions)
+        self.script_options: ScriptTransformOptions = self.options
+        source = self.script_options.script
+        if self.script_options.language == "typescript":
+            try:
+                source = quickjs.transpile_typescript(source)
+            except Exception as exc:  # noqa: BLE001 - SWC raises its own exception types
+                raise ctx.error(f"TypeScript does not compile: {_first_line(str(exc))}",
+                                hint="fix the TypeScript in 'script'", code="script_invalid") from exc
+        self.javascript = source
+        settings = ctx.settings.wasm_script
+        self.runtime_path = settings.runtime_wasm_file_path or quickjs.default_runtime_path()
+        self.memory_limit_mb = settings.memory_limit_mb
+        self.cpu_limit_ms = settings.cpu_limit_ms
+        self._check_loads(ctx)
+
+    def _check_loads(self, ctx: NodeContext) -> None:
+        """Evaluate the script once on no rows, so a syntax error stops the pipeline before it starts."""
+        try:
+            result = quickjs.run_batch(self.runtime_path, quickjs.driver_source(self.javascript, []), b"",
+                                       self.memory_limit_mb, self.cpu_limit_ms)
+        except OSError as exc:
+            raise ctx.error(f"cannot load the script runtime {self.runtime_path}: {exc}",
+                            hint="check wasm_script.runtime_wasm_file_path", code="config_invalid") from exc
+        report = _report(result.stderr)
+        if report is not None or result.trap is not None or result.rc != 0:
+            message = str(report.get("message")) if report else (result.trap or _first_line(result.stderr))
+            line = _script_line(str(report.get("stack", ""))) if report else None
+            at_line = f" (script line {line})" if line else ""
+            raise ctx.error(f"the script does not load: {message}{at_line}", hint="fix 'script'",
+                            code="script_invalid")
+
+    def output_schema(self, input_schema: StructType) -> StructType:
+        from pyspark.sql import types as T
+
+        declared = self.script_options.schema_
+        if not declared:
+            return input_schema
+        fields = [T.StructField(name, spark_type(type_name), True) for name, type_name in declared.items()]
+        if GS_OP in input_schema.fieldNames() and GS_OP not in declared:
+            fields.append(T.StructField(GS_OP, T.StringType(), True))
+        return T.StructType(fields)
+
+    def batch_function(self, input_schema: StructType, epoch: Epoch | None) -> BatchFunction:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        out = self.output_schema(input_schema)
+        columns = [(f.name, coercion_kind(f.dataType)) for f in out.fields]
+        job = ScriptJob(
+            node=self.name,
+            driver=quickjs.driver_source(self.javascript, columns),
+            trace_driver=quickjs.driver_source(self.javascript, columns, trace=True),
+            runtime_path=self.runtime_path,
+            memory_limit_mb=self.memory_limit_mb,
+            cpu_limit_ms=self.cpu_limit_ms,
+            output_schema=to_arrow_schema(out, timezone="UTC"),
+            primary_key=tuple(c for c in self.ctx.primary_key if c in input_schema.fieldNames()),
+        )
+        return functools.partial(run_script_batches, job)
+
+
+def run_script_batches(job: ScriptJob, batches: Any) -> Any:
+    """Executor side: each Arrow batch through the sandbox once, typed rows back."""
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        result = quickjs.run_batch(job.runtime_path, job.driver, to_json_lines(batch), job.memory_limit_mb,
+                                   job.cpu_limit_ms)
+        failure = _failure(job, batch, result)
+        if failure is not None:
+            raise failure
+        table = read_json_lines(result.stdout, job.output_schema)
+        if table.num_rows:
+            yield from table.to_batches()
+
+
+def to_json_lines(batch: pa.RecordBatch) -> bytes:
+    """A batch as JSON lines (pandas' C writer; Arrow dtypes keep int64 nulls as ints; 15 digits is its maximum)."""
+    import pandas as pd
+
+    frame = batch.to_pandas(types_mapper=pd.ArrowDtype)
+    text = frame.to_json(orient="records", lines=True, date_format="iso", date_unit="us", double_precision=15)
+    return (text or "").encode()
+
+
+def read_json_lines(data: bytes, schema: pa.Schema) -> pa.Table:
+    """Typed JSON lines → an Arrow table in ``schema``'s column order (absent keys become nulls)."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    if not data.strip():
+        return pa.Table.from_batches([], schema=schema)
+    read = pj.ReadOptions(use_threads=False, block_size=max(1 << 20, len(data) + 1))
+    parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    table = pj.read_json(io.BytesIO(data), read_options=read, parse_options=parse)
+    return table.select(schema.names).cast(schema)
+
+
+def _failure(job: ScriptJob, batch: pa.RecordBatch, result: quickjs.RunResult) -> NodeFailure | None:
+    """A ``NodeFailure`` naming the row, the JS message and the script line, or None if it ran."""
+    report = _report(result.stderr)
+    if result.trap is None and report is None and result.rc == 0:
+        return None
+    if result.trap is not None:
+        row = _traced_row(job, batch)
+        where = f" at {_describe_row(job, batch, row)}" if row is not None else ""
+        if result.trap == "cpu":
+            return NodeFailure(job.node, NODE_KIND,
+                               f"the script ran past its CPU limit of {job.cpu_limit_ms} ms for a batch of "
+                               f"{batch.num_rows} rows{where}",
+                               hint="make the script finish (no endless loops) or raise wasm_script.cpu_limit_ms")
+        if result.trap == "memory":
+            return NodeFailure(job.node, NODE_KIND,
+                               f"the script ran out of its memory limit of {job.memory_limit_mb} MB{where}",
+                               hint="allocate less per row or raise wasm_script.memory_limit_mb")
+        return NodeFailure(job.node, NODE_KIND, f"the sandbox stopped: {result.trap}{where}")
+    if report is None:
+        return NodeFailure(job.node, NODE_KIND, f"the script failed: {_first_line(result.stderr) or 'no message'}")
+    message = str(report.get("message", ""))
+    line = _script_line(str(report.get("stack", "")))
+    at_line = f" (script line {line})" if line else ""
+    hint = None
+    if "out of memory" in message:
+        hint = f"the script exceeded its memory limit of {job.memory_limit_mb} MB (wasm_script.memory_limit_mb)"
+    if report.get("kind") == "load":
+        return NodeFailure(job.node, NODE_KIND, f"the script does not load: {message}{at_line}",
+                           hint=hint or "fix 'script'")
+    row = int(report.get("row", -1))
+    return NodeFailure(job.node, NODE_KIND, f"{_describe_row(job, batch, row)}: {message}{at_line}",
+                       hint=hint or "fix the script or the row")
+
+
+def _traced_row(job: ScriptJob, batch: pa.RecordBatch) -> int | None:
+    """After a trap, run the batch again with a marker per row on stderr to find the culprit.
+
+    Only on the failure path: writing to unbuffered stderr per row would slow every batch.
+    """
+    try:
+        result = quickjs.run_batch(job.runtime_path, job.trace_driver, to_json_lines(batch), job.memory_limit_mb,
+                                   job.cpu_limit_ms)
+    except Exception:  # noqa: BLE001 - locating the row is best effort
+        return None
+    marks = re.findall(r"\x1f(\d+)\n", result.stderr)
+    return int(marks[-1]) if marks and result.trap is not None else None
+
+
+def _describe_row(job: ScriptJob, batch: pa.RecordBatch, row: int) -> str:
+    if row < 0 or row >= batch.num_rows:
+        return "the batch"
+    key = ", ".join(f"{c}={batch.column(c)[row].as_py()!r}" for c in job.primary_key
+                    if c in batch.schema.names)
+    return f"row {row} of the batch" + (f" ({key})" if key else "")
+
+
+def _report(stderr: str) -> dict[str, Any] | None:
+    import json
+
+    start = stderr.rfind("\x1e")
+    if start < 0:
+        return None
+    try:
+        value = json.loads(stderr[start + 1:].splitlines()[0])
+    except (ValueError, IndexError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _script_line(stack: str) -> int | None:
+    """The user's line from a QuickJS stack: frames in evaluated code are ``<input>:LINE:COL``."""
+    match = re.search(r"<input>:(\d+)", stack)
+    return int(match.group(1)) if match else None
+
+
+def _first_line(text: str) -> str:
+    for line in text.strip().splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
