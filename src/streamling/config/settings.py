@@ -165,6 +165,17 @@ class RetrySettings(_Section):
     max_backoff_ms: int = 10000
 
 
+class ExternalHttpHandlerSettings(_Section):
+    """``external_http_handler.*``: limits shared by the ``handler`` transform and ``webhook`` sink."""
+
+    #: most rows in one batch-mode request (a node's ``batch_size`` can only lower it).
+    trigger_max_count: int = Field(default=2000, ge=1)
+    #: how long one request may take, in seconds, before it counts as a (retriable) timeout.
+    operator_timeout_sec: float = Field(default=300, gt=0)
+    #: how many requests of one node are in flight at once.
+    buffer_size: int = Field(default=25, ge=1)
+
+
 class WasmScriptSettings(_Section):
     """Sandbox of the ``script`` transform: runtime ``.wasm`` (default: packaged QuickJS) and limits per batch."""
 
@@ -198,6 +209,11 @@ class Settings(BaseModel):
     kafka_source: KafkaSourceSettings = Field(default_factory=KafkaSourceSettings)
     kafka_sink: KafkaSinkSettings = Field(default_factory=KafkaSinkSettings)
     wasm_script: WasmScriptSettings = Field(default_factory=WasmScriptSettings)
+    external_http_handler: ExternalHttpHandlerSettings = Field(default_factory=ExternalHttpHandlerSettings)
+    #: ``STREAMLING__HTTP_SECRET_HEADER__<NAME>`` / ``…_VALUE__<NAME>``: the environment lower-cases
+    #: ``<NAME>``, so both maps are keyed by the lower-cased secret name (see ``http_secret``).
+    http_secret_header: dict[str, str] = Field(default_factory=dict)
+    http_secret_value: dict[str, str] = Field(default_factory=dict)
 
     def postgres_connection_for(self, sink_name: str) -> PostgresSinkSettings:
         """The sink's connection: ``postgres_sink`` overlaid with its per-sink override.
@@ -209,9 +225,27 @@ class Settings(BaseModel):
         merged = {**self.postgres_sink.model_dump(by_alias=True), **override}
         return PostgresSinkSettings.model_validate(merged)
 
+    def http_secret(self, name: str) -> tuple[str, str]:
+        """The (header name, header value) a node's ``secret_name`` refers to.
+
+        Secret names are matched case-insensitively because environment keys arrive lower-cased;
+        a missing half is a configuration error that names both variables to set.
+        """
+        key = name.strip().lower()
+        header = self.http_secret_header.get(key)
+        value = self.http_secret_value.get(key)
+        if not header or value is None:
+            missing = [f"{ENV_PREFIX}HTTP_SECRET_{part}__{name.strip().upper()}"
+                       for part, present in (("HEADER", bool(header)), ("VALUE", value is not None)) if not present]
+            raise StreamlingError(f"HTTP secret '{name}' is not configured", code="config_invalid",
+                                  hint=f"set {' and '.join(missing)}")
+        return header, value
+
     def masked(self) -> dict[str, Any]:
         """A JSON-able dump with every secret replaced by ``***`` (for logs and widgets)."""
-        return mask_secrets(self.model_dump(by_alias=True))
+        dump = mask_secrets(self.model_dump(by_alias=True))
+        dump["http_secret_value"] = {k: MASK for k in self.http_secret_value}
+        return dump
 
 
 def normalize_backend(value: str) -> str:

@@ -227,6 +227,47 @@ class WasmTransformOptions(FromNodeOptions):
         return value
 
 
+class HttpNodeOptions(FromNodeOptions):
+    """Keys shared by the ``handler`` transform and the ``webhook`` sink (one request builder)."""
+
+    url: str
+    headers: dict[str, str] | None = None
+    secret_name: str | None = None
+    one_row_per_request: bool = False
+    payload_version: Literal[0, 1] = 0
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value.strip(), re.I):
+            raise ValueError(f"must be an http:// or https:// URL (got {value!r})")
+        return value.strip()
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _header_text(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): "" if v is None else str(v) for k, v in value.items()}
+        return value
+
+
+class HandlerTransformOptions(HttpNodeOptions):
+    """Rows go to an HTTP endpoint; its JSON response becomes the output rows."""
+
+    type: Literal["handler"] = "handler"
+    schema_override: dict[str, str | None] | None = None
+
+    @field_validator("schema_override")
+    @classmethod
+    def _override_types(cls, value: dict[str, str | None] | None) -> dict[str, str | None] | None:
+        for column, type_name in (value or {}).items():
+            if type_name is not None and not STREAMLING_TYPES.match(str(type_name).strip().lower()):
+                raise ValueError(f"column '{column}': unknown type {type_name!r}; use int8..int64, uint8..uint64, "
+                                 "float32, float64, string, boolean, timestamp, decimal128(p,s), decimal256(p,s) "
+                                 "or null to drop the column")
+        return value
+
+
 # --- sinks ---------------------------------------------------------------------------------------
 
 class PrintSinkOptions(FromNodeOptions):
@@ -277,6 +318,13 @@ class KafkaSinkOptions(FromNodeOptions):
     deduplicate: bool = True
 
 
+class WebhookSinkOptions(HttpNodeOptions):
+    """Rows are sent like a ``handler``'s and the responses ignored."""
+
+    type: Literal["webhook"] = "webhook"
+    skip_on_error: bool = False
+
+
 # --- registry ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -297,11 +345,13 @@ _BUILTINS: list[NodeType] = [
     NodeType("transform", "sql", SqlTransformOptions, "streamling.transforms.sql:SqlTransform"),
     NodeType("transform", "script", ScriptTransformOptions, "streamling.transforms.script:ScriptTransform"),
     NodeType("transform", "wasm", WasmTransformOptions, "streamling.transforms.wasm:WasmTransform"),
+    NodeType("transform", "handler", HandlerTransformOptions, "streamling.transforms.handler:HandlerTransform"),
     NodeType("sink", "print", PrintSinkOptions, "streamling.sinks.print:PrintSink"),
     NodeType("sink", "blackhole", BlackholeSinkOptions, "streamling.sinks.blackhole:BlackholeSink"),
     NodeType("sink", "postgres", PostgresSinkOptions, "streamling.sinks.postgres:PostgresSink"),
     NodeType("sink", "delta", DeltaSinkOptions, "streamling.sinks.delta:DeltaSink"),
     NodeType("sink", "kafka", KafkaSinkOptions, "streamling.sinks.kafka:KafkaSink"),
+    NodeType("sink", "webhook", WebhookSinkOptions, "streamling.sinks.webhook:WebhookSink"),
 ]
 
 REGISTRY: dict[str, dict[str, NodeType]] = {"source": {}, "transform": {}, "sink": {}}

@@ -1,0 +1,297 @@
+"""Request building, secrets, bounded concurrency and retries for HTTP nodes.
+
+The ``handler`` transform sends from Spark's Python workers and the ``webhook`` sink from the
+driver, so everything a sender needs travels in ``HttpCall``: plain, picklable data resolved once
+on the driver (headers with the secret already looked up). Secret values are kept only in the
+headers sent; every message and log line uses ``redact`` and ``safe_url`` so they never leak.
+Failures are raised as ``NodeFailure`` so that, from either side, the user sees
+"<type> <kind> '<name>': …" with the URL and the HTTP status.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import logging
+import random
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from streamling.errors import NodeFailure, StreamlingError
+from streamling.runtime.nodes import GS_OP, NodeContext
+from streamling.spec.nodes import HttpNodeOptions
+
+if TYPE_CHECKING:
+    import httpx
+
+log = logging.getLogger(__name__)
+
+#: statuses worth another attempt: the server is overloaded or restarting, not refusing the request.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504}) | frozenset(range(505, 600))
+SNIPPET_CHARS = 200
+
+
+def redact_url(url: str) -> str:
+    """The URL without ``user:password@`` (credentials there must not reach logs or errors)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+@dataclass(frozen=True)
+class HttpCall:
+    """What a sender needs, resolved on the driver. Plain data so it pickles into Python workers."""
+
+    node: str
+    node_kind: str  # "handler transform" / "webhook sink": the prefix of every error
+    url: str
+    headers: tuple[tuple[str, str], ...]
+    secret_values: tuple[str, ...]
+    one_row_per_request: bool
+    payload_version: int
+    rows_per_request: int
+    concurrency: int
+    timeout_secs: float
+    max_attempts: int
+    initial_backoff_ms: int
+    max_backoff_ms: int
+    skip_on_error: bool = False
+
+    @property
+    def safe_url(self) -> str:
+        return redact_url(self.url)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret value masked (an endpoint may echo headers in its errors)."""
+        for secret in self.secret_values:
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
+    def failure(self, message: str, hint: str | None = None) -> NodeFailure:
+        # NodeFailure travels as "marker[…]" inside a JVM error: brackets would cut it short.
+        clean = self.redact(message).replace("[", "(").replace("]", ")")
+        return NodeFailure(self.node, self.node_kind, clean, hint)
+
+
+def build_call(ctx: NodeContext, options: HttpNodeOptions, node_kind: str, skip_on_error: bool = False) -> HttpCall:
+    """Resolve headers, the secret and the limits for one node; config problems name the node.
+
+    A header given both explicitly and by ``secret_name`` is ambiguous (which one is sent?), so
+    it is an error rather than a silent override, as in Streamling.
+    """
+    settings = ctx.settings
+    headers = dict(options.headers or {})
+    secrets: list[str] = []
+    if options.secret_name:
+        try:
+            name, value = settings.http_secret(options.secret_name)
+        except StreamlingError as exc:
+            raise ctx.error(exc.message, code="config_invalid", hint=exc.hint) from None
+        clash = [k for k in headers if k.lower() == name.lower()]
+        if clash:
+            raise ctx.error(f"header '{clash[0]}' is set both in 'headers' and by secret '{options.secret_name}'",
+                            code="config_invalid", hint="keep only one of them")
+        headers[name] = value
+        secrets.append(value)
+    if not any(k.lower() == "content-type" for k in headers):
+        headers["Content-Type"] = "application/json"
+    limits = settings.external_http_handler
+    rows_per_request = 1 if options.one_row_per_request else min(options.batch_size or limits.trigger_max_count,
+                                                                  limits.trigger_max_count)
+    return HttpCall(node=ctx.name, node_kind=node_kind, url=options.url, headers=tuple(headers.items()),
+                    secret_values=tuple(secrets), one_row_per_request=options.one_row_per_request,
+                    payload_version=options.payload_version, rows_per_request=rows_per_request,
+                    concurrency=limits.buffer_size, timeout_secs=limits.operator_timeout_sec,
+                    max_attempts=settings.retry.max_attempts, initial_backoff_ms=settings.retry.initial_backoff_ms,
+                    max_backoff_ms=settings.retry.max_backoff_ms, skip_on_error=skip_on_error)
+
+
+# --- payloads ------------------------------------------------------------------------------------
+
+def _json_default(value: Any) -> Any:
+    """JSON for what Arrow hands back: ISO-8601 times, exact decimals as text, bytes as base64."""
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return str(value)
+
+
+def row_payload(row: dict[str, Any], version: int) -> dict[str, Any]:
+    """v0: the row as a flat object (``_gs_op`` included); v1: ``{"metadata":{"op"},"data"}``."""
+    if version == 0:
+        return row
+    data = {k: v for k, v in row.items() if k != GS_OP}
+    return {"metadata": {"op": row.get(GS_OP) or "i"}, "data": data}
+
+
+def encode_requests(rows: list[dict[str, Any]], call: HttpCall) -> list[tuple[list[dict[str, Any]], bytes]]:
+    """Group rows into requests: one object per request, or JSON arrays of ``rows_per_request``."""
+    out: list[tuple[list[dict[str, Any]], bytes]] = []
+    step = call.rows_per_request
+    for start in range(0, len(rows), step):
+        group = rows[start:start + step]
+        payloads = [row_payload(r, call.payload_version) for r in group]
+        body: Any = payloads[0] if call.one_row_per_request else payloads
+        out.append((group, json.dumps(body, default=_json_default, separators=(",", ":")).encode()))
+    return out
+
+
+def response_rows(call: HttpCall, response: httpx.Response, sent: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Output rows from one response: an object (or array of objects), in v0 or v1 shape.
+
+    ``_gs_op`` comes from the response when it has one; otherwise it is carried from the rows sent
+    when the counts match (an enricher answering row for row), else it is an insert.
+    """
+    try:
+        data = response.json()
+    except ValueError:
+        body = _snippet(call.redact(response.text))
+        raise call.failure(f"POST {call.safe_url} answered HTTP {response.status_code} with a body that is not JSON: "
+                           f"{body}", hint="the endpoint must answer with JSON") from None
+    if data is None:
+        return []
+    items = data if isinstance(data, list) else [data]
+    rows: list[dict[str, Any]] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise call.failure(f"POST {call.safe_url} answered with {type(item).__name__} {_snippet(json.dumps(item))} "
+                               "where a JSON object was expected",
+                               hint="answer with one object per row (an array of them in batch mode)")
+        op: Any = None
+        if call.payload_version == 1 and isinstance(item.get("data"), dict):
+            row = dict(item["data"])
+            metadata = item.get("metadata")
+            op = metadata.get("op") if isinstance(metadata, dict) else None
+        else:
+            row = dict(item)
+            op = row.get(GS_OP)
+        if op is None:
+            op = (sent[index].get(GS_OP) if len(items) == len(sent) else None) or "i"
+        row[GS_OP] = op
+        rows.append(row)
+    return rows
+
+
+def _snippet(text: str) -> str:
+    """At most ``SNIPPET_CHARS`` of a body, whitespace folded; redact before, never after, cutting."""
+    text = " ".join(text.split())
+    return text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS] + "…"
+
+
+# --- sending -------------------------------------------------------------------------------------
+
+class HttpSender:
+    """POSTs bodies with at most ``call.concurrency`` in flight, returning responses in order.
+
+    Transient failures (connection errors, timeouts, HTTP 5xx and 429) are retried with
+    exponential backoff and jitter (``Retry-After`` is honoured up to the backoff cap); other
+    4xx fail at once. With ``skip_on_error`` (webhook) a 5xx is logged and skipped instead.
+    """
+
+    def __init__(self, call: HttpCall) -> None:
+        import httpx
+
+        self.call = call
+        self.headers = dict(call.headers)
+        limits = httpx.Limits(max_connections=call.concurrency, max_keepalive_connections=call.concurrency)
+        # Small JSON requests: without TCP_NODELAY, Nagle's algorithm and delayed ACKs add ~40 ms
+        # to requests whose headers and body leave in separate writes.
+        transport = httpx.HTTPTransport(limits=limits,
+                                        socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+        self.client = httpx.Client(
+            timeout=httpx.Timeout(call.timeout_secs, connect=min(call.timeout_secs, 30.0)), transport=transport)
+        self.pool = ThreadPoolExecutor(max_workers=call.concurrency, thread_name_prefix=f"http-{call.node}")
+        self._lock = threading.Lock()
+        self.skipped = 0
+
+    def send_all(self, bodies: Sequence[bytes]) -> list[httpx.Response | None]:
+        """Responses in the order of ``bodies`` (``None`` for a skipped request)."""
+        if len(bodies) == 1:
+            return [self.send(bodies[0])]
+        return list(self.pool.map(self.send, bodies))
+
+    def send(self, body: bytes) -> httpx.Response | None:
+        import httpx
+
+        call = self.call
+        delay = call.initial_backoff_ms / 1000
+        for attempt in range(1, call.max_attempts + 1):
+            wait: float | None = None
+            try:
+                response = self.client.post(call.url, content=body, headers=self.headers)
+            except httpx.TransportError as exc:
+                problem = f"{type(exc).__name__}: {exc}".rstrip(": ")
+                status = None
+            else:
+                status = response.status_code
+                if status < 400:
+                    return response
+                problem = f"HTTP {status}: {_snippet(call.redact(response.text))}"
+                if status >= 500 and call.skip_on_error:
+                    with self._lock:
+                        self.skipped += 1
+                    log.warning("%s '%s': POST %s answered %s; skipped (skip_on_error)", call.node_kind, call.node,
+                                call.safe_url, call.redact(problem))
+                    return None
+                if status not in TRANSIENT_STATUSES:
+                    raise call.failure(f"POST {call.safe_url} was rejected with {problem}",
+                                       hint="fix the request or the endpoint; HTTP 4xx other than 429 is not retried")
+                wait = _retry_after(response.headers.get("Retry-After"))
+            if attempt >= call.max_attempts:
+                what = f"HTTP {status}" if status is not None else "connection failure"
+                raise call.failure(f"POST {call.safe_url} failed with {what} after {attempt} attempt"
+                                   f"{'s' if attempt != 1 else ''}: {problem}",
+                                   hint="check that the endpoint is up; retries follow retry.max_attempts")
+            sleep = wait if wait is not None else delay * (0.8 + 0.4 * random.random())
+            sleep = min(sleep, call.max_backoff_ms / 1000)
+            log.warning("%s '%s': POST %s failed (attempt %d/%d), retrying in %.2fs: %s", call.node_kind, call.node,
+                        call.safe_url, attempt, call.max_attempts, sleep, call.redact(problem))
+            time.sleep(sleep)
+            delay = min(delay * 2, call.max_backoff_ms / 1000)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        self.client.close()
+
+
+def _retry_after(value: str | None) -> float | None:
+    if value and re.fullmatch(r"\s*\d+(\.\d+)?\s*", value):
+        return float(value)
+    return None
+
+
+def rounds(batches: Iterable[Any], rows_per_round: int) -> Iterator[list[dict[str, Any]]]:
+    """Rows of Arrow batches regrouped so each round fills every concurrent request slot.
+
+    Spark hands over batches of ``arrow.maxRecordsPerBatch`` rows; sending per batch would leave
+    slots idle in batch mode. Order is kept: rounds follow one another and rows keep their places.
+    """
+    pending: list[dict[str, Any]] = []
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        pending.extend(batch.to_pylist())
+        if len(pending) >= rows_per_round:
+            yield pending
+            pending = []
+    if pending:
+        yield pending

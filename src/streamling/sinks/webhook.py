@@ -1,0 +1,47 @@
+"""``webhook`` sink: each epoch's rows are POSTed like a ``handler``'s and the answers ignored.
+
+The requests go out from the driver over the epoch collected as Arrow (``toArrow``): like
+Streamling's single webhook write stream, there is one ordered sender per sink whose concurrency
+is exactly ``external_http_handler.buffer_size`` (per-partition senders on executors would
+multiply it by the partition count), and a failure surfaces here directly with its status. The
+upstream plan still runs in parallel on the executors; only the sending is on the driver.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from streamling.errors import NodeFailure, node_failure_from_text
+from streamling.http.client import HttpSender, build_call, encode_requests, rounds
+from streamling.runtime.nodes import Epoch, NodeContext, Sink
+from streamling.spec.nodes import WebhookSinkOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+class WebhookSink(Sink):
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        assert isinstance(self.options, WebhookSinkOptions)
+        self.opts: WebhookSinkOptions = self.options
+        self.call = build_call(ctx, self.opts, "webhook sink", skip_on_error=self.opts.skip_on_error)
+        self.skipped = 0
+
+    def write(self, df: DataFrame, epoch: Epoch) -> int:
+        """Send the whole epoch; return once every request was answered (or skipped)."""
+        table = df.toArrow()
+        if table.num_rows == 0:
+            return 0
+        sender = HttpSender(self.call)
+        try:
+            for rows in rounds(table.to_batches(), self.call.concurrency * self.call.rows_per_request):
+                sender.send_all([body for _, body in encode_requests(rows, self.call)])
+        except NodeFailure as exc:
+            # Already final (retries ran out): a StreamlingError that is not retriable, so the flow
+            # does not send the whole epoch again.
+            raise (node_failure_from_text(str(exc)) or self.ctx.error(str(exc))) from exc
+        finally:
+            sender.close()
+            self.skipped += sender.skipped
+        return table.num_rows
