@@ -243,3 +243,37 @@ def test_a_runtime_from_config_that_does_not_exist(runner, collect, tmp_path):
     headline = _failure(runner, _pipeline("function process(input) { return input; }"),
                         wasm_script={"runtime_wasm_file_path": str(tmp_path / "missing.wasm")})
     assert "cannot load the script runtime" in headline and "wasm_script.runtime_wasm_file_path" in headline
+
+
+def test_nulls_booleans_decimals_and_unicode_pass_through_unchanged(runner, collect):
+    runner.run("""
+sources:
+  s: {type: generate, rows: 4, partitions: 1}
+transforms:
+  shaped:
+    type: sql
+    from: s
+    sql: >-
+      SELECT id, CASE WHEN id % 2 = 0 THEN NULL ELSE quantity END AS q, CASE WHEN id = 3 THEN NULL ELSE id % 2 = 0
+      END AS flag, CAST(amount AS DECIMAL(10, 2)) AS price, CASE WHEN id = 1 THEN NULL ELSE 'zoë ✓ "q"' END AS who,
+      CASE WHEN id = 2 THEN NULL ELSE created_at END AS at, _gs_op FROM s
+  js:
+    type: script
+    from: shaped
+    script: "function process(r) { return r; }"
+sinks:
+  out: {type: collect, from: js}
+""")
+    got = _sorted(collect.rows, "id")
+    assert collect.schemas[0] == ["id bigint", "q int", "flag boolean", "price decimal(10,2)", "who string",
+                                  "at timestamp", "_gs_op string"]
+    expected = generate_batch("orders", 0, 4, 0, 0).to_pylist()
+    for row, source in zip(got, expected, strict=True):
+        i = source["id"]
+        assert row["q"] == (None if i % 2 == 0 else source["quantity"])
+        assert row["flag"] == (None if i == 3 else i % 2 == 0)
+        assert row["price"] == Decimal(str(source["amount"])).quantize(Decimal("0.01"))
+        assert row["who"] == (None if i == 1 else 'zoë ✓ "q"')
+        assert (row["at"] is None) == (i == 2)
+        if row["at"] is not None:
+            assert row["at"].astimezone(dt.UTC) == source["created_at"]

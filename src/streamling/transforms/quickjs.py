@@ -1,8 +1,8 @@
-"""Run user JavaScript over a batch of JSON lines inside QuickJS compiled to WebAssembly.
+"""Run user JavaScript over a whole batch of rows inside QuickJS compiled to WebAssembly.
 
 The sandbox is QuickJS-NG's WASI *reactor* build driven by wasmtime. Each batch gets a fresh
 ``Store`` (fresh linear memory, nothing leaks between batches) whose WASI context has no
-preopened directory and no sockets: stdin is the batch as JSON lines, stdout/stderr are temp
+preopened directory and no sockets: stdin is the batch (columnar), stdout/stderr are temp
 files. That gives the isolation the script transform promises without a process per batch.
 
 * memory: QuickJS's own ``--memory-limit`` turns a bomb into a catchable ``InternalError: out of
@@ -175,8 +175,9 @@ def transpile_typescript(source: str) -> str:
 def driver_source(script: str, columns: list[tuple[str, str]], trace: bool = False) -> str:
     """The JS run per batch: find the user's function, map every input line, coerce, write lines.
 
-    Each returned row becomes one JSON line already coerced to the output types, so Arrow's C++
-    JSON reader can build the output batch; ``_gs_op`` is carried from the input row here. ``std`` and ``os``
+    Returned rows are coerced to the output types and written back column by column (numbers as
+    raw float64 buffers: float text conversion is QuickJS's most expensive step); ``_gs_op`` is
+    carried from the input row here. ``std`` and ``os``
     are taken away from user code: it sees plain ECMAScript only.
     """
     return _DRIVER.replace("__SCRIPT__", json.dumps(script)).replace(
@@ -243,35 +244,90 @@ _DRIVER = r"""
       default: return v;
     }
   };
-  const shape = (r, op) => {
-    if (r === null || typeof r !== "object" || Array.isArray(r)) {
-      throw new TypeError("the function must return an object, an array of objects or null, got "
-        + (Array.isArray(r) ? "a nested array" : typeof r));
-    }
+  // Input, columnar: a JSON header {n, cols: [[name, enc], ...]}, one JSON array per "json" column,
+  // then for each "num"/"bool" column its values (float64 / uint8) and a validity byte per row.
+  const head = IN.getline();
+  if (head === null) return;
+  const H = JSON.parse(head), N = H.n, IC = H.cols;
+  const inVals = new Array(IC.length), inValid = new Array(IC.length);
+  for (let c = 0; c < IC.length; c++) if (IC[c][1] === "json") inVals[c] = JSON.parse(IN.getline());
+  for (let c = 0; c < IC.length; c++) {
+    const enc = IC[c][1];
+    if (enc === "json") continue;
+    const width = enc === "num" ? 8 : 1, buf = new ArrayBuffer(N * width), valid = new ArrayBuffer(N);
+    if (N > 0) { IN.read(buf, 0, N * width); IN.read(valid, 0, N); }
+    inVals[c] = enc === "num" ? new Float64Array(buf) : new Uint8Array(buf);
+    inValid[c] = new Uint8Array(valid);
+  }
+  // One object literal per row (a fixed shape is much cheaper in QuickJS than keyed stores).
+  const makeRow = new Function("V", "M", "i", "return {" + IC.map((col, c) => {
+    const key = JSON.stringify(col[0]);
+    if (col[1] === "json") return key + ": V[" + c + "][i]";
+    if (col[1] === "bool") return key + ": M[" + c + "][i] ? V[" + c + "][i] === 1 : null";
+    return key + ": M[" + c + "][i] ? V[" + c + "][i] : null";
+  }).join(", ") + "};");
+  const opCol = IC.findIndex((col) => col[0] === "_gs_op");
+  // Output, columnar the same way: numbers and booleans as typed arrays, the rest as JSON arrays.
+  const ENC = KINDS.map((k) => (k === "int" || k === "float") ? "num" : k === "bool" ? "bool" : "json");
+  let cap = Math.max(16, N), k = 0;
+  const outVals = ENC.map((e) => e === "num" ? new Float64Array(cap) : e === "bool" ? new Uint8Array(cap) : []);
+  const outValid = ENC.map((e) => e === "json" ? null : new Uint8Array(cap));
+  const grow = () => {
+    cap *= 2;
     for (let c = 0; c < NC; c++) {
-      const name = NAMES[c], v = r[name];
-      if (v === undefined || v === null) continue;
-      if (typeof v === TYPES[c] && (KINDS[c] !== "int" || Number.isInteger(v))) continue;
-      r[name] = coerce(KINDS[c], v);
+      if (ENC[c] === "json") continue;
+      const v = ENC[c] === "num" ? new Float64Array(cap) : new Uint8Array(cap);
+      v.set(outVals[c]); outVals[c] = v;
+      const m = new Uint8Array(cap); m.set(outValid[c]); outValid[c] = m;
     }
-    if (r._gs_op === null || r._gs_op === undefined) r._gs_op = op;
-    return r;
+    store = makeStore(outVals, outValid, coerce);
   };
-  let line, i = 0;
-  while ((line = IN.getline()) !== null) {
+  // Coercion and output per column, generated with literal property names: QuickJS resolves
+  // those once at compile time, while r[name] with a string variable costs a lookup per access.
+  const makeStore = new Function("O", "M", "coerce",
+    NAMES.map((_, c) => "const O" + c + " = O[" + c + "], M" + c + " = M[" + c + "];").join("\n")
+    + "\nreturn function (r, op, k) {\n" + [
+    "if (r === null || typeof r !== 'object' || Array.isArray(r)) throw new TypeError("
+      + "'the function must return an object, an array of objects or null, got '"
+      + " + (Array.isArray(r) ? 'a nested array' : typeof r));",
+    "let v;",
+  ].concat(NAMES.map((name, c) => {
+    const kind = JSON.stringify(KINDS[c]), key = "r[" + JSON.stringify(name) + "]";
+    const check = KINDS[c] === "int" ? "typeof v === 'number' && Number.isInteger(v)"
+      : TYPES[c] === "-" ? "false" : "typeof v === " + JSON.stringify(TYPES[c]);
+    const lines = ["v = " + key + ";"];
+    if (name === "_gs_op") lines.push("if (v === null || v === undefined) v = op;");
+    lines.push("if (v !== null && v !== undefined && !(" + check + ")) v = coerce(" + kind + ", v);");
+    if (ENC[c] === "json") lines.push("O" + c + ".push(v === undefined ? null : v);");
+    else if (ENC[c] === "num") lines.push("if (v === null || v === undefined) M" + c + "[k] = 0; else { O" + c
+      + "[k] = v; M" + c + "[k] = 1; }");
+    else lines.push("if (v === null || v === undefined) M" + c + "[k] = 0; else { O" + c + "[k] = v ? 1 : 0; M"
+      + c + "[k] = 1; }");
+    return lines.join("\n");
+  })).join("\n") + "\n};");
+  let store = makeStore(outVals, outValid, coerce);
+  const emit = (r, op) => {
+    if (k === cap) grow();
+    store(r, op, k);
+    k++;
+  };
+  for (let i = 0; i < N; i++) {
     if (TRACE) ERR.puts("\x1f" + i + "\n");
-    const row = JSON.parse(line);
-    const op = row._gs_op === undefined ? null : row._gs_op;
-    let out = "";
+    const row = makeRow(inVals, inValid, i);
+    const op = opCol < 0 ? null : row._gs_op;
+    let r;
+    try { r = fn(row); } catch (e) { fail("row", i, e); return; }
     try {
-      const r = fn(row);
-      if (Array.isArray(r)) {
-        for (const x of r) if (x !== null && x !== undefined) out += JSON.stringify(shape(x, op)) + "\n";
-      }
-      else if (r !== null && r !== undefined) out = JSON.stringify(shape(r, op)) + "\n";
-    } catch (e) { OUT.flush(); fail("row", i, e); return; }
-    if (out !== "") OUT.puts(out);
-    i++;
+      if (Array.isArray(r)) { for (const x of r) if (x !== null && x !== undefined) emit(x, op); }
+      else if (r !== null && r !== undefined) emit(r, op);
+    } catch (e) { fail("row", i, {toString: () => String(e), stack: ""}); return; }
+  }
+  OUT.puts(JSON.stringify({n: k}) + "\n");
+  for (let c = 0; c < NC; c++) if (ENC[c] === "json") OUT.puts(JSON.stringify(outVals[c]) + "\n");
+  for (let c = 0; c < NC; c++) {
+    if (ENC[c] === "json") continue;
+    const width = ENC[c] === "num" ? 8 : 1;
+    if (k > 0) { OUT.write(outVals[c].buffer, 0, k * width); OUT.write(outValid[c].buffer, 0, k); }
   }
   OUT.flush();
 })();
