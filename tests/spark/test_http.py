@@ -49,7 +49,13 @@ class Endpoint:
                     endpoint.requests.append({"path": self.path, "headers": dict(self.headers),
                                               "body": json.loads(body)})
                     attempt = endpoint.attempts[body] = endpoint.attempts.get(body, 0) + 1
-                if self.path.startswith("/status/"):
+                if self.path == "/text":
+                    data = b"<html>ok</html>"
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                elif self.path.startswith("/status/"):
                     self.answer(int(self.path.rsplit("/", 1)[1]), {"error": "nope", "echo": dict(self.headers)})
                 elif self.path == "/flaky" and attempt <= 3:
                     if attempt == 3:
@@ -270,3 +276,21 @@ def test_webhook_skip_on_error_continues_past_5xx_but_not_by_default(runner, end
         """, retry={"max_attempts": 3, "initial_backoff_ms": 10, "max_backoff_ms": 10}, application_id="again")
     assert info.value.headline().startswith(
         f"webhook sink 'hook': POST {endpoint.url}/status/502 failed with HTTP 502 after 3 attempts")
+
+
+@pytest.mark.parametrize(("path", "override", "expected"), [
+    ("/text", "{}", "answered HTTP 200 with a body that is not JSON: <html>ok</html> — the endpoint must answer"),
+    ("/enrich", "{customer: int64}", "response field 'customer' does not fit type int64 (e.g. 'customer-0000')"),
+])
+def test_handler_answers_that_do_not_fit_name_the_problem(runner, endpoint, path, override, expected):
+    with pytest.raises(StreamlingError) as info:
+        runner.run(f"""
+            sources:
+              s: {{type: generate, rows: 2}}
+            transforms:
+              enrich: {{type: handler, from: s, url: "{endpoint.url}{path}", schema_override: {override}}}
+            sinks:
+              out: {{type: blackhole, from: enrich}}
+        """)
+    assert info.value.headline().startswith("handler transform 'enrich': ")
+    assert expected in info.value.headline()
