@@ -173,12 +173,12 @@ def transpile_typescript(source: str) -> str:
 
 
 def driver_source(script: str, columns: list[tuple[str, str]], trace: bool = False) -> str:
-    """The JS run per batch: find the user's function, map every input line, coerce, write lines.
+    """The JS run per batch: find the user's function, call it on every input row, coerce, write back.
 
     Returned rows are coerced to the output types and written back column by column (numbers as
     raw float64 buffers: float text conversion is QuickJS's most expensive step); ``_gs_op`` is
-    carried from the input row here. ``std`` and ``os``
-    are taken away from user code: it sees plain ECMAScript only.
+    carried from the input row here. ``std`` and ``os`` are taken away from user code: it sees
+    plain ECMAScript only.
     """
     return _DRIVER.replace("__SCRIPT__", json.dumps(script)).replace(
         "__COLUMNS__", json.dumps(columns)).replace("__TRACE__", "true" if trace else "false")
