@@ -229,7 +229,7 @@ def decode_output(data: bytes, schema: pa.Schema) -> pa.Table:
             values = [None if v is None else Decimal(str(v)) for v in values]
             arrays[index] = pa.array(values, type=kind)
         elif pa.types.is_timestamp(kind) or pa.types.is_date(kind):
-            arrays[index] = pa.array(values, type=pa.string()).cast(kind)
+            arrays[index] = _timestamps(values, kind)
         else:
             arrays[index] = pa.array(values, type=kind)
     for index in binary:
@@ -246,6 +246,33 @@ def decode_output(data: bytes, schema: pa.Schema) -> pa.Table:
         else:
             arrays[index] = pa.array(raw, mask=mask).cast(kind, safe=False)
     return pa.Table.from_arrays([a for a in arrays if a is not None], schema=schema)
+
+
+def _timestamps(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """ISO-8601 text to timestamps; text without an offset is UTC, text that is no time is NULL.
+
+    One vectorised cast in the common case; the per-value fallback only runs for odd input.
+    """
+    import pyarrow as pa
+
+    strings = pa.array([None if v is None else str(v) for v in values], type=pa.string())
+    try:
+        return strings.cast(kind)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    naive = pa.timestamp("us")
+    out: list[Any] = []
+    for value in strings:
+        try:
+            out.append(value.cast(kind))
+            continue
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+        try:
+            out.append(pa.scalar(value.cast(naive).value, type=pa.timestamp("us", tz="UTC")).cast(kind))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+            out.append(pa.scalar(None, type=kind))
+    return pa.array([v.as_py() for v in out], type=kind)
 
 
 def _failure(job: ScriptJob, batch: pa.RecordBatch, result: quickjs.RunResult) -> NodeFailure | None:
