@@ -232,7 +232,7 @@ def test_handler_does_not_retry_client_errors(runner, endpoint):
               out: {{type: blackhole, from: enrich}}
         """, retry=FAST_RETRY)
     assert f"POST {endpoint.url}/status/400 was rejected with HTTP 400" in info.value.headline()
-    assert len(endpoint.requests) == 1
+    assert set(endpoint.attempts.values()) == {1}  # each request once (the partitions send in parallel)
 
 
 def test_webhook_sends_v0_batches_and_v1_rows(runner, endpoint, caplog):
@@ -280,7 +280,7 @@ def test_webhook_skip_on_error_continues_past_5xx_but_not_by_default(runner, end
 
 @pytest.mark.parametrize(("path", "override", "expected"), [
     ("/text", "{}", "answered HTTP 200 with a body that is not JSON: <html>ok</html> — the endpoint must answer"),
-    ("/enrich", "{customer: int64}", "response field 'customer' does not fit type int64 (e.g. 'customer-0000')"),
+    ("/enrich", "{customer: int64}", "response field 'customer' does not fit type int64 (e.g. 'customer-"),
 ])
 def test_handler_answers_that_do_not_fit_name_the_problem(runner, endpoint, path, override, expected):
     with pytest.raises(StreamlingError) as info:

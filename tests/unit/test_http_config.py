@@ -92,3 +92,27 @@ sinks:
 """)
     text = str(info.value)
     assert "ftp://x" in text and "int128" in text and "retries" in text and "skip_on_eror" in text
+
+
+def test_refused_connections_are_retried_then_reported_with_the_url(tmp_path: Path) -> None:
+    import socket
+
+    from streamling.errors import NodeFailure, node_failure_from_text
+    from streamling.http.client import HttpSender
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again below: nothing listens there
+    settings = load_settings(environ={}, cwd=tmp_path, overrides={
+        "retry": {"max_attempts": 3, "initial_backoff_ms": 1, "max_backoff_ms": 2}})
+    call = _call(f'{{type: handler, from: s, url: "http://u:pw@127.0.0.1:{port}/x"}}', settings)
+    sender = HttpSender(call)
+    try:
+        with pytest.raises(NodeFailure) as info:
+            sender.send_all([b"{}"])
+    finally:
+        sender.close()
+    error = node_failure_from_text(str(info.value))
+    assert error is not None
+    assert error.headline().startswith(f"handler transform 'h': POST http://127.0.0.1:{port}/x failed with "
+                                       "connection failure after 3 attempts: ConnectError")

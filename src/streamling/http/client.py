@@ -237,9 +237,14 @@ class HttpSender:
             wait: float | None = None
             try:
                 response = self.client.post(call.url, content=body, headers=self.headers)
-            except httpx.TransportError as exc:
+            except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+                # Refused/reset connections, timeouts and servers hanging up are transient; a bad
+                # URL scheme or proxy setting (other TransportErrors) would fail the same way again.
                 problem = f"{type(exc).__name__}: {exc}".rstrip(": ")
                 status = None
+            except httpx.TransportError as exc:
+                raise call.failure(f"POST {call.safe_url} cannot be sent: {type(exc).__name__}: {exc}",
+                                   hint="check the url and proxy settings") from None
             else:
                 status = response.status_code
                 if status < 400:
