@@ -54,6 +54,8 @@ def machine_facts() -> dict[str, Any]:
     """Enough context to tell whether two result files are comparable at all."""
     import pyspark
 
+    import streamling
+
     mem_kib = 0
     try:
         meminfo = Path("/proc/meminfo").read_text()
@@ -75,6 +77,8 @@ def machine_facts() -> dict[str, Any]:
         "java": java[0] if java else "",
         "git_commit": _run_text(["git", "rev-parse", "HEAD"]),
         "git_dirty": bool(status),
+        # which streamling was measured: the editable checkout, or a snapshot put first on PYTHONPATH
+        "streamling_path": str(Path(streamling.__file__).parent),
     }
 
 
@@ -89,6 +93,21 @@ class Side:
     def median(self, key: str) -> float:
         values = [float(r[key]) for r in self.runs if r.get(key) is not None]
         return statistics.median(values) if values else float("nan")
+
+
+def paired_ratio(ours: Side, theirs: Side, key: str, higher_is_better: bool = True) -> float:
+    """Median over rounds of the per-round ratio (streamling run vs the hand-written run next to it).
+
+    Runs of one round are seconds apart, so a load swing from a neighbour hits both; the median
+    of per-round ratios is steadier than the ratio of two medians taken at different moments.
+    Oriented like every ratio here: higher is better for streamling, 1.0 is parity.
+    """
+    ratios = []
+    for a, b in zip(ours.runs, theirs.runs, strict=False):
+        x, y = a.get(key), b.get(key)
+        if x and y:
+            ratios.append(float(x) / float(y) if higher_is_better else float(y) / float(x))
+    return statistics.median(ratios) if ratios else float("nan")
 
 
 @dataclass

@@ -11,8 +11,18 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from scenarios.common import Options, ScenarioResult, Side, interleaved, log, session_facts, shared_session, temp_dir
-from scenarios.inprocess import generate_yaml, profile_streamling, run_handwritten, run_streamling
+from scenarios.common import (
+    Options,
+    ScenarioResult,
+    Side,
+    interleaved,
+    log,
+    paired_ratio,
+    session_facts,
+    shared_session,
+    temp_dir,
+)
+from scenarios.inprocess import RUNTIME_PHASES, generate_yaml, phase_medians, run_handwritten, run_streamling
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -22,6 +32,7 @@ SQL = "SELECT id, customer, amount * quantity AS total, _gs_op FROM orders WHERE
 DEFAULT_ROWS = 5_000_000
 ROWS_PER_BATCH = 1_000_000
 PARTITIONS = 2
+PHASES = (*RUNTIME_PHASES, "streamling.sinks.blackhole:BlackholeSink.write")
 
 
 def source_options(rows: int) -> dict[str, Any]:
@@ -37,7 +48,7 @@ def run(opts: Options) -> ScenarioResult:
 
     def streamling_side() -> dict[str, Any]:
         with temp_dir("blackhole") as workdir:
-            return run_streamling(spark, yaml_text, workdir, rows)
+            return run_streamling(spark, yaml_text, workdir, rows, phases=PHASES)
 
     def noop_batch(batch: DataFrame, _batch_id: int) -> None:
         batch.createOrReplaceTempView("orders")
@@ -50,12 +61,7 @@ def run(opts: Options) -> ScenarioResult:
     sides = {"streamling": Side("streamling"), "handwritten": Side("handwritten")}
     log(f"{NAME}: {rows:,} rows, {opts.runs} runs")
     interleaved(opts.runs, {"streamling": streamling_side, "handwritten": handwritten_side}, sides, log)
-    result = summarize(NAME, rows, source, sides, {"sql": SQL, "spark": session_facts(spark)})
-    if opts.profile:
-        log("  profile run (streamling, phases timed)")
-        add_profile(result, profile_streamling(spark, yaml_text, rows,
-                                               ("streamling.sinks.blackhole:BlackholeSink.write",)))
-    return result
+    return summarize(NAME, rows, source, sides, {"sql": SQL, "spark": session_facts(spark)})
 
 
 def _epoch_median(side: Side, skip_first: bool) -> float:
@@ -86,13 +92,11 @@ def summarize(name: str, rows: int, source: dict[str, Any], sides: dict[str, Sid
         "hand-written start → terminated": (hw.median("total_s"), "s"),
     }
     result.ratios = {"rows_per_s": sl.median("rows_per_s") / hw.median("rows_per_s"),
+                     "rows_per_s (paired per round)": paired_ratio(sl, hw, "rows_per_s"),
                      "epoch": _epoch_median(hw, skip) / _epoch_median(sl, skip)}
+    phases = phase_medians(sl.runs)
+    result.params["streamling_phases"] = phases
+    for label, t in phases.items():
+        result.notes.append(f"streamling {label}: {t['calls']:g} call(s) per run, median {t['median_ms']:.0f} ms "
+                            f"per call, {t['total_ms']:.0f} ms per run")
     return result
-
-
-def add_profile(result: ScenarioResult, profile: dict[str, Any]) -> None:
-    """Keep the phase timings in the JSON and print the ones that explain a gap."""
-    result.params["profile"] = profile
-    for label, t in profile["phases"].items():
-        result.notes.append(f"profile {label}: {t['calls']} call(s), total {t['total_ms']:.0f} ms, "
-                            f"median {t['median_ms']:.0f} ms, first {t['first_ms']:.0f} ms")

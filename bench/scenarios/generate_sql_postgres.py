@@ -34,8 +34,8 @@ from scenarios.common import (
     shared_session,
     temp_dir,
 )
-from scenarios.generate_sql_blackhole import SQL, add_profile, summarize
-from scenarios.inprocess import generate_yaml, profile_streamling, run_handwritten, run_streamling
+from scenarios.generate_sql_blackhole import SQL, summarize
+from scenarios.inprocess import RUNTIME_PHASES, generate_yaml, run_handwritten, run_streamling
 
 if TYPE_CHECKING:
     import psycopg
@@ -46,6 +46,8 @@ DEFAULT_ROWS = 1_000_000
 #: smaller epochs than the blackhole scenario: four per run, so per-epoch durations mean something.
 ROWS_PER_BATCH = 250_000
 PARTITIONS = 2
+PHASES = (*RUNTIME_PHASES, *(f"streamling.sinks.postgres:PostgresSink.{m}" for m in
+                             ("open", "write", "_collect", "_split_ops", "_shape", "_write_batch")))
 SCHEMA = "bench"
 SERVICE_UP = ROOT / "fixtures" / "services" / "up"
 
@@ -154,7 +156,7 @@ def run(opts: Options) -> ScenarioResult:
         table = f"sl_{uuid.uuid4().hex[:10]}"
         sink = {"type": "postgres", "schema": SCHEMA, "table": table}
         with temp_dir("pg") as workdir:
-            out = run_streamling(spark, generate_yaml(source, SQL, sink), workdir, rows)
+            out = run_streamling(spark, generate_yaml(source, SQL, sink), workdir, rows, phases=PHASES)
         out["table_rows"] = _drop(conninfo, f"{SCHEMA}.{table}")
         expected_rows.append(out["table_rows"])
         return out
@@ -176,19 +178,11 @@ def run(opts: Options) -> ScenarioResult:
     interleaved(opts.runs, {"streamling": streamling_side, "handwritten": handwritten_side}, sides, log)
     result = summarize(NAME, rows, source, sides, {"sql": SQL, "postgres": conn.describe(),
                                                    "spark": session_facts(spark)})
-    if opts.profile:
-        log("  profile run (streamling, phases timed)")
-        table = f"sl_{uuid.uuid4().hex[:10]}"
-        yaml_text = generate_yaml(source, SQL, {"type": "postgres", "schema": SCHEMA, "table": table})
-        add_profile(result, profile_streamling(spark, yaml_text, rows, tuple(
-            f"streamling.sinks.postgres:PostgresSink.{m}" for m in
-            ("open", "write", "_collect", "_split_ops", "_shape", "_write_batch"))))
-        _drop(conninfo, f"{SCHEMA}.{table}")
-        hw_phases = [p for run in sides["handwritten"].runs for p in run.get("phases", [])[1:]]
-        for key in ("collect", "csv", "copy", "upsert_commit"):
-            values = [p[key] for p in hw_phases]
-            if values:
-                result.notes.append(f"hand-written {key}: median {statistics.median(values):.0f} ms per epoch")
+    hw_phases = [p for run in sides["handwritten"].runs for p in run.get("phases", [])]
+    medians = {key: round(statistics.median(p[key] for p in hw_phases), 1)
+               for key in ("collect", "csv", "copy", "upsert_commit") if hw_phases}
+    result.params["handwritten_phases"] = medians
+    result.notes += [f"hand-written {key}: median {ms:.0f} ms per epoch" for key, ms in medians.items()]
     if len(set(expected_rows)) != 1:
         result.notes.append(f"the runs left different row counts in their tables: {sorted(set(expected_rows))}")
     return result

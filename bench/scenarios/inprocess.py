@@ -8,14 +8,16 @@ them is exactly what streamling adds around the same Spark work.
 
 from __future__ import annotations
 
+import statistics
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scenarios.common import bench_settings
+from scenarios.profiling import phase_timers, summarize_timings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,8 +60,13 @@ def _summary(t0: float, flushed: list[dict[str, Any]], finalized: list[dict[str,
 
 
 def run_streamling(spark: SparkSession, yaml_text: str, workdir: Path, source_rows: int,
-                   **settings_overrides: Any) -> dict[str, Any]:
-    """Run one pipeline to its end with ``PipelineRun`` and time it from ``start()``."""
+                   phases: Sequence[str] = (), **settings_overrides: Any) -> dict[str, Any]:
+    """Run one pipeline to its end with ``PipelineRun`` and time it from ``start()``.
+
+    ``phases`` (``"module:Class.method"``) are timed during the run and reported under
+    ``"phases"``; a wrapper costs microseconds per call, so every measured run carries its own
+    breakdown and can be compared with the hand-written run of the same round.
+    """
     from streamling.runtime import events as ev
     from streamling.runtime.pipeline import PipelineRun
     from streamling.spec import parse_pipeline
@@ -81,16 +88,18 @@ def run_streamling(spark: SparkSession, yaml_text: str, workdir: Path, source_ro
     settings = bench_settings(workdir, f"bench_{workdir.name.replace('-', '_')}", **settings_overrides)
     spec = parse_pipeline(textwrap.dedent(yaml_text))
     run = PipelineRun(spec, settings, spark, bus)
-    t0 = time.perf_counter()
-    run.start()
-    started = time.perf_counter()
-    try:
-        run.wait(timeout_secs=1800)
-    finally:
-        run.stop("benchmark run finished")
-    stopped = time.perf_counter()
+    with phase_timers(phases) as timings:
+        t0 = time.perf_counter()
+        run.start()
+        started = time.perf_counter()
+        try:
+            run.wait(timeout_secs=1800)
+        finally:
+            run.stop("benchmark run finished")
+        stopped = time.perf_counter()
     out = _summary(t0, flushed, finalized, stopped, source_rows)
     out["start_call_s"] = started - t0
+    out["phases"] = summarize_timings(timings)
     return out
 
 
@@ -184,29 +193,29 @@ def run_handwritten(spark: SparkSession, source_options: dict[str, Any], process
     return _summary(t0, flushed, commits.for_query(str(query.id)), stopped, source_rows)
 
 
-#: the runtime's phase functions timed by ``--profile`` (missing ones are skipped).
+#: the runtime's phase functions timed in every streamling run (missing ones are skipped).
 RUNTIME_PHASES = (
     "streamling.runtime.pipeline:PipelineRun.start",
     "streamling.runtime.pipeline:analyze",
-    "streamling.state:create_state_backend",
     "pyspark.sql.streaming.query:StreamingQueryManager.addListener",
     "streamling.runtime.flow:FlowRunner.start",
     "streamling.runtime.flow:FlowRunner._input_frame",
     "streamling.runtime.flow:FlowRunner._run_epoch",
     "streamling.transforms.sql:SqlTransform.apply",
     "streamling.runtime.flow:FlowRunner.on_progress",
-    "streamling.runtime.pipeline:PipelineRun.wait",
     "streamling.runtime.pipeline:PipelineRun.stop",
 )
 
 
-def profile_streamling(spark: SparkSession, yaml_text: str, source_rows: int,
-                       extra_phases: tuple[str, ...] = ()) -> dict[str, Any]:
-    """One more streamling run with the runtime's phases timed; the run's own figures come along
-    so the phases can be read against its wall time."""
-    from scenarios.common import temp_dir
-    from scenarios.profiling import phase_timers, summarize_timings
-
-    with phase_timers((*RUNTIME_PHASES, *extra_phases)) as timings, temp_dir("profile") as workdir:
-        out = run_streamling(spark, yaml_text, workdir, source_rows)
-    return {"run": {k: v for k, v in out.items() if k != "flushed"}, "phases": summarize_timings(timings)}
+def phase_medians(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per phase, across runs: calls per run and the median of each run's median and total ms."""
+    labels: dict[str, None] = {}
+    for run in runs:
+        labels.update(dict.fromkeys(run.get("phases", {})))
+    out: dict[str, dict[str, float]] = {}
+    for label in labels:
+        per_run = [run["phases"][label] for run in runs if label in run.get("phases", {})]
+        out[label] = {"calls": statistics.median(p["calls"] for p in per_run),
+                      "median_ms": round(statistics.median(p["median_ms"] for p in per_run), 1),
+                      "total_ms": round(statistics.median(p["total_ms"] for p in per_run), 1)}
+    return out
