@@ -144,6 +144,7 @@ def java_message(exc: BaseException) -> str:
 # driver only as text inside a JVM exception. A marked line carries the node and the message
 # through, so the runtime can report "script transform 'x': …" instead of a worker traceback.
 _NODE_ERROR = "streamling-node-error"
+_END = "\x1e]"  # a control character no message contains, so "]" inside messages is kept
 
 
 class NodeFailure(RuntimeError):
@@ -151,7 +152,7 @@ class NodeFailure(RuntimeError):
 
     def __init__(self, node: str, node_kind: str, message: str, hint: str | None = None) -> None:
         payload = "\x1f".join([node, node_kind, message.replace("\n", " "), hint or ""])
-        super().__init__(f"{_NODE_ERROR}[{payload}]")
+        super().__init__(f"{_NODE_ERROR}[{payload}{_END}")
 
 
 def node_failure_from_text(text: str) -> StreamlingError | None:
@@ -159,7 +160,7 @@ def node_failure_from_text(text: str) -> StreamlingError | None:
     start = text.find(f"{_NODE_ERROR}[")
     if start < 0:
         return None
-    end = text.find("]", start)
+    end = text.find(_END, start)
     body = text[start + len(_NODE_ERROR) + 1:end if end > 0 else None]
     parts = body.split("\x1f")
     if len(parts) != 4:
