@@ -119,6 +119,15 @@ STREAMLING_TYPES = re.compile(
     r"decimal|decimal(128|256)\(\s*\d+\s*,\s*\d+\s*\))$")
 
 
+def check_column_types(value: dict[str, str] | None) -> dict[str, str] | None:
+    """A declared output ``schema`` uses Streamling's type names (shared by kafka, script, wasm)."""
+    for column, type_name in (value or {}).items():
+        if not STREAMLING_TYPES.match(str(type_name).strip().lower()):
+            raise ValueError(f"column '{column}': unknown type {type_name!r}; use int8..int64, uint8..uint64, "
+                             "float32, float64, string, boolean, timestamp, decimal128(p,s) or decimal256(p,s)")
+    return value
+
+
 class SchemaIdOverride(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     from_: int = Field(alias="from")
@@ -148,14 +157,7 @@ class KafkaSourceOptions(NodeOptions):
             raise ValueError(f"must be earliest, latest or an epoch-milliseconds timestamp (got {value!r})")
         return text
 
-    @field_validator("schema_")
-    @classmethod
-    def _types(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        for column, type_name in (value or {}).items():
-            if not STREAMLING_TYPES.match(str(type_name).strip().lower()):
-                raise ValueError(f"column '{column}': unknown type {type_name!r}; use int8..int64, uint8..uint64, "
-                                 "float32, float64, string, boolean, timestamp, decimal128(p,s) or decimal256(p,s)")
-        return value
+    _types = field_validator("schema_")(classmethod(lambda cls, value: check_column_types(value)))
 
     @model_validator(mode="after")
     def _format_needs_schema(self) -> KafkaSourceOptions:
@@ -188,14 +190,7 @@ class ScriptTransformOptions(FromNodeOptions):
         text = str(value).strip().lower()
         return aliases.get(text, text)
 
-    @field_validator("schema_")
-    @classmethod
-    def _types(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        for column, type_name in (value or {}).items():
-            if not STREAMLING_TYPES.match(str(type_name).strip().lower()):
-                raise ValueError(f"column '{column}': unknown type {type_name!r}; use int8..int64, uint8..uint64, "
-                                 "float32, float64, string, boolean, timestamp, decimal128(p,s) or decimal256(p,s)")
-        return value
+    _types = field_validator("schema_")(classmethod(lambda cls, value: check_column_types(value)))
 
 
 class WasmTransformOptions(FromNodeOptions):
@@ -217,14 +212,7 @@ class WasmTransformOptions(FromNodeOptions):
             return {str(k): "" if v is None else str(v) for k, v in value.items()}
         return value
 
-    @field_validator("schema_")
-    @classmethod
-    def _types(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        for column, type_name in (value or {}).items():
-            if not STREAMLING_TYPES.match(str(type_name).strip().lower()):
-                raise ValueError(f"column '{column}': unknown type {type_name!r}; use int8..int64, uint8..uint64, "
-                                 "float32, float64, string, boolean, timestamp, decimal128(p,s) or decimal256(p,s)")
-        return value
+    _types = field_validator("schema_")(classmethod(lambda cls, value: check_column_types(value)))
 
 
 class HttpNodeOptions(FromNodeOptions):
