@@ -57,12 +57,19 @@ class EpochFinalized(Event):
 
 @dataclass(frozen=True)
 class RowsSampled(Event):
-    """A few rows of one node's output in one epoch (only when sampling is on)."""
+    """A few rows of one node's output in one epoch (only when sampling is on).
+
+    ``count`` is the node's full row count in the epoch when the bus asks for counts (the notebook
+    monitor's rows/s per node); ``table`` is the sample as a ``pyarrow.Table`` with exact types, so
+    a notebook can re-run a transform on it.
+    """
 
     epoch: int
     node: str
     columns: list[str]
     rows: list[dict[str, Any]]
+    count: int | None = None
+    table: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,8 @@ class EventBus:
         self._lock = threading.Lock()
         #: rows kept per node per epoch when > 0 (the notebook turns this on).
         self.sample_rows = 0
+        #: also count every node's rows per epoch (one more Spark job per node; notebook monitor only).
+        self.count_rows = False
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         with self._lock:

@@ -254,11 +254,13 @@ class FlowRunner:
         for name, df in frames.items():
             try:
                 table = df.limit(n).toArrow()
+                count = df.count() if self.bus.count_rows else None
             except Exception:  # noqa: BLE001 - sampling is best effort, never fails the epoch
                 log.debug("sampling %s failed", name, exc_info=True)
                 continue
             self.bus.publish(ev.RowsSampled(self.flow.name, epoch=epoch.epoch_id, node=name,
-                                            columns=table.column_names, rows=table.to_pylist()))
+                                            columns=table.column_names, rows=table.to_pylist(), count=count,
+                                            table=table))
 
     # --- finalization and stop --------------------------------------------------------------------
 
