@@ -31,6 +31,28 @@ log = logging.getLogger(__name__)
 SRC_TAG = "__sl_src"
 
 
+def evaluate(plan: Plan, flow: Flow, spark: SparkSession, raw: dict[str, DataFrame], epoch: Epoch | None,
+             upto: str | None = None) -> dict[str, DataFrame]:
+    """Decode each source's raw rows and apply the flow's transforms in dependency order.
+
+    The one place an epoch's DAG is evaluated: the flow's ``foreachBatch`` calls it on the
+    micro-batch, and notebook previews and transform debugging call it on captured batches, so
+    what a user debugs is exactly what runs. ``upto`` stops after that node.
+    """
+    frames: dict[str, DataFrame] = {}
+    for source in plan.sources(flow):
+        frames[source.name] = source.decode(raw[source.name], epoch)
+        if source.name == upto:
+            return frames
+    for spec in flow.transforms:
+        node = plan.nodes[spec.name]
+        assert isinstance(node, Transform)
+        frames[spec.name] = node.apply(spark, {u: frames[u] for u in spec.upstream}, epoch)
+        if spec.name == upto:
+            break
+    return frames
+
+
 class FlowRunner:
     """Starts, watches and stops the streaming query of one flow."""
 
@@ -198,15 +220,14 @@ class FlowRunner:
                       started_at=time.time())
         self.bus.publish(ev.EpochPlanned(self.flow.name, epoch=batch_id))
         spark = batch.sparkSession
-        fan_out = len(self.sinks) > 1
+        # Cache the batch when it is read more than once: several sinks, or a dynamic table collecting
+        # its values before the rest of the DAG runs.
+        fan_out = len(self.sinks) > 1 or any(getattr(self.plan.nodes[t.name], "reads_batch_eagerly", False)
+                                             for t in self.flow.transforms)
         if fan_out:
             batch = batch.persist()
         self._raw = self._split(batch)
-        frames: dict[str, DataFrame] = {s.name: s.decode(self._raw[s.name], epoch) for s in self.sources}
-        for spec in self.flow.transforms:
-            node = self.plan.nodes[spec.name]
-            assert isinstance(node, Transform)
-            frames[spec.name] = node.apply(spark, {u: frames[u] for u in spec.upstream}, epoch)
+        frames = evaluate(self.plan, self.flow, spark, self._raw, epoch)
         transforms_ms = (time.perf_counter() - started) * 1000
         if self.bus.sample_rows > 0:
             self._sample(epoch, frames)

@@ -1,0 +1,498 @@
+"""A pipeline authored cell by cell, run on the very spec, planner and runtime the YAML uses.
+
+``NotebookPipeline`` keeps one node definition per cell, in cell order, as the same mapping the
+pipeline YAML would hold. Every operation (validate, show, preview, run, export) first turns the
+cells into a YAML document and parses it with ``streamling.spec.parse_pipeline``, so a notebook
+and its exported YAML cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from streamling.config import Settings, load_settings
+from streamling.errors import StreamlingError, ValidationError, java_message
+from streamling.runtime import events as ev
+from streamling.spec import PipelineSpec, parse_pipeline
+from streamling.spec.pipeline import SECTIONS, Kind
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from streamling.runtime.pipeline import PipelineRun
+    from streamling.runtime.planner import Flow, Plan
+
+log = logging.getLogger(__name__)
+KIND_SECTION: dict[Kind, str] = {kind: section for section, kind in SECTIONS.items()}
+
+
+class _BlockStr(str):
+    """Multi-line text (SQL, scripts) exported as a YAML ``|`` block, as a person would write it."""
+
+
+def _block_representer(dumper: yaml.SafeDumper, value: _BlockStr) -> yaml.Node:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", str(value), style="|")
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_BlockStr, _block_representer)
+
+
+def _blocks(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _blocks(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_blocks(v) for v in value]
+    if isinstance(value, str) and "\n" in value:
+        return _BlockStr(value if value.endswith("\n") else value + "\n")
+    return value
+
+
+@dataclass
+class Capture:
+    """The batch a transform saw: its upstream nodes' rows in one epoch, and its definition then."""
+
+    node: str
+    epoch: int | None
+    inputs: dict[str, pa.Table]
+    definition: dict[str, Any]
+    origin: str  # "run" or "preview"
+
+
+@dataclass
+class DebugResult:
+    """A transform re-run on a captured batch: the previous and the new definition's output."""
+
+    node: str
+    capture: Capture
+    before: pa.Table | None
+    after: pa.Table
+    key: list[str] = field(default_factory=list)
+
+    def changes(self) -> dict[str, Any]:
+        """Columns added/removed and rows added/removed/changed (by primary key when there is one)."""
+        after_cols = self.after.column_names
+        before_cols = self.before.column_names if self.before is not None else []
+        before_rows = self.before.to_pylist() if self.before is not None else []
+        after_rows = self.after.to_pylist()
+        out: dict[str, Any] = {
+            "columns_added": [c for c in after_cols if c not in before_cols],
+            "columns_removed": [c for c in before_cols if c not in after_cols],
+            "rows_before": len(before_rows), "rows_after": len(after_rows),
+        }
+        key = [k for k in self.key if k in after_cols and k in before_cols]
+        if key:
+            old = {tuple(r[k] for k in key): r for r in before_rows}
+            new = {tuple(r[k] for k in key): r for r in after_rows}
+            out["rows_added"] = len(new.keys() - old.keys())
+            out["rows_removed"] = len(old.keys() - new.keys())
+            out["rows_changed"] = sum(1 for k in new.keys() & old.keys() if new[k] != old[k])
+        else:
+            def rows(items: list[dict[str, Any]]) -> list[str]:
+                return [repr(sorted(r.items())) for r in items]
+
+            old_list, new_list = rows(before_rows), rows(after_rows)
+            remaining = list(old_list)
+            added = 0
+            for r in new_list:
+                if r in remaining:
+                    remaining.remove(r)
+                else:
+                    added += 1
+            out["rows_added"] = added
+            out["rows_removed"] = len(remaining)
+            out["rows_changed"] = 0
+        return out
+
+
+@dataclass
+class Preview:
+    node: str
+    inputs: dict[str, pa.Table]
+    output: pa.Table | None
+
+
+class NotebookRun:
+    """A pipeline running in the background of a notebook; the kernel stays free."""
+
+    def __init__(self, run: PipelineRun, seconds: float | None) -> None:
+        self.run = run
+        self.error: StreamlingError | None = None
+        self.finished = threading.Event()
+        self.started_at = time.time()
+        self._timer: threading.Timer | None = None
+        if seconds:
+            self._timer = threading.Timer(seconds, run.request_stop, args=(f"--seconds {seconds:g} elapsed",))
+            self._timer.daemon = True
+        self._thread = threading.Thread(target=self._watch, name="streamling-notebook-run", daemon=True)
+
+    def start(self) -> None:
+        self.run.start()  # in the caller's thread: plan-time errors fail the cell
+        if self._timer is not None:
+            self._timer.start()
+        self._thread.start()
+
+    def _watch(self) -> None:
+        try:
+            self.run.wait()
+        except StreamlingError as exc:
+            self.error = exc
+        except Exception as exc:  # noqa: BLE001 - reported through status/the monitor
+            self.error = StreamlingError(f"the pipeline stopped: {java_message(exc)}", user=False, cause=exc)
+        finally:
+            try:
+                self.run.stop("finished")
+            except Exception:  # noqa: BLE001
+                log.debug("stopping the notebook run", exc_info=True)
+            if self._timer is not None:
+                self._timer.cancel()
+            self.finished.set()
+
+    @property
+    def active(self) -> bool:
+        return not self.finished.is_set()
+
+    def stop(self, timeout_secs: float = 120) -> None:
+        self.run.request_stop("stopped from the notebook")
+        self.finished.wait(timeout_secs)
+
+    def wait(self, timeout_secs: float | None = None) -> bool:
+        return self.finished.wait(timeout_secs)
+
+
+class _Samples:
+    """Keeps the latest sampled batch of every node (an EventBus subscriber)."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, ev.RowsSampled] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, event: ev.Event) -> None:
+        if isinstance(event, ev.RowsSampled) and event.table is not None:
+            with self._lock:
+                self.latest[event.node] = event
+
+    def get(self, node: str) -> ev.RowsSampled | None:
+        with self._lock:
+            return self.latest.get(node)
+
+
+class NotebookPipeline:
+    """The notebook's pipeline: node definitions in cell order plus what running it needs."""
+
+    def __init__(self, application_id: str | None = None, config: str | None = None,
+                 cwd: Path | None = None, spark: SparkSession | None = None) -> None:
+        self.cwd = cwd or Path.cwd()
+        self.config = config
+        self.application_id = application_id
+        self.nodes: dict[str, tuple[Kind, dict[str, Any]]] = {}
+        self.extra: dict[str, Any] = {}
+        self.captures: dict[str, Capture] = {}
+        self.current: NotebookRun | None = None
+        self.monitor: Any = None
+        self._spark = spark
+        self._samples = _Samples()
+        #: source rows a preview reads (and a debug capture keeps) before showing ``--rows`` of each node.
+        self.preview_input_rows = 1000
+
+    # --- authoring ----------------------------------------------------------------------------
+
+    def define(self, kind: Kind, name: str, body: dict[str, Any]) -> None:
+        """Add or replace a node; a re-run cell keeps its place in the pipeline."""
+        previous = self.nodes.get(name)
+        if previous is not None and previous[0] != kind:
+            raise StreamlingError(f"'{name}' is already a {previous[0]}", node=name,
+                                  hint=f"use another name, or `%streamling remove {name}` first")
+        self.nodes[name] = (kind, body)
+
+    def remove(self, name: str) -> None:
+        if name not in self.nodes:
+            raise StreamlingError(f"there is no node '{name}'", node=name,
+                                  hint=f"nodes: {', '.join(self.nodes) or 'none yet'}")
+        del self.nodes[name]
+        self.captures.pop(name, None)
+
+    def load_document(self, data: Any) -> None:
+        """``%%streamling pipeline``: replace every node with a whole pipeline document."""
+        if isinstance(data, dict) and "definition" in data and not (set(data) & set(SECTIONS)):
+            data = data["definition"]
+        if not isinstance(data, dict):
+            raise StreamlingError("a pipeline must be a mapping with 'sources', 'transforms' and 'sinks'",
+                                  hint="paste the pipeline YAML into the cell")
+        nodes: dict[str, tuple[Kind, dict[str, Any]]] = {}
+        for section, kind in SECTIONS.items():
+            entries = data.get(section) or {}
+            if not isinstance(entries, dict):
+                raise StreamlingError(f"'{section}' must be a mapping from node name to definition")
+            for name, body in entries.items():
+                nodes[str(name)] = (kind, body)
+        self.nodes = nodes
+        self.extra = {k: v for k, v in data.items() if k not in SECTIONS}
+
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = dict(self.extra)
+        for section, kind in SECTIONS.items():
+            doc[section] = {name: body for name, (k, body) in self.nodes.items() if k == kind}
+        return doc
+
+    def to_yaml(self) -> str:
+        return yaml.dump(_blocks(self.document()), Dumper=_Dumper, sort_keys=False, allow_unicode=True,
+                         default_flow_style=False)
+
+    def spec(self) -> PipelineSpec:
+        if not self.nodes:
+            raise StreamlingError("the notebook has no pipeline yet",
+                                  hint="add nodes with %%streamling source/transform/sink cells")
+        return parse_pipeline(self.to_yaml(), source="<notebook>")
+
+    def export(self, path: str | Path) -> Path:
+        """Write the pipeline YAML; ``streamling PATH`` runs it unchanged."""
+        self.spec()  # never export something that does not validate
+        target = Path(path)
+        if not target.is_absolute():
+            target = self.cwd / target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(self.to_yaml())
+        return target
+
+    # --- settings, Spark, plan ----------------------------------------------------------------
+
+    def settings(self, **overrides: Any) -> Settings:
+        if self.application_id:
+            overrides.setdefault("application_id", self.application_id)
+        return load_settings(self.config, cwd=self.cwd, overrides=overrides or None)
+
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            from streamling.runtime.session import build_session
+
+            self._spark = build_session(self.settings(), app_name="streamling-notebook")
+        return self._spark
+
+    def plan(self, analyze: bool = False, **overrides: Any) -> Plan:
+        from streamling.runtime.planner import analyze as analyze_plan
+        from streamling.runtime.planner import build_plan
+
+        plan = build_plan(self.spec(), self.settings(**overrides), dry_run=True)
+        if analyze:
+            analyze_plan(plan, self.spark())
+        return plan
+
+    def checkpoint_root(self) -> Path:
+        settings = self.settings()
+        state = Path(settings.state_dir)
+        return (state if state.is_absolute() else self.cwd / state).resolve() / settings.application_id
+
+    def reset(self) -> Path:
+        """Forget where every flow stopped: the next run starts from the sources' beginnings."""
+        if self.current is not None and self.current.active:
+            raise StreamlingError("the pipeline is running", hint="run `%streamling stop` first")
+        root = self.checkpoint_root()
+        shutil.rmtree(root, ignore_errors=True)
+        return root
+
+    # --- preview ------------------------------------------------------------------------------
+
+    def _flow_of(self, plan: Plan, node: str) -> Flow:
+        for flow in plan.flows:
+            if node in flow.node_names:
+                return flow
+        raise StreamlingError(f"there is no node '{node}'", node=node,
+                              hint=f"nodes: {', '.join(plan.spec.nodes)}")
+
+    def preview(self, node: str, rows: int = 10, timeout_secs: float = 120) -> Preview:
+        """Pull a bounded sample from the node's sources and run the DAG up to ``node`` on it."""
+        from streamling.runtime.flow import evaluate
+
+        spark = self.spark()
+        plan = self.plan(analyze=True)
+        flow = self._flow_of(plan, node)
+        # Read more input than is shown, so a selective filter still has rows to show.
+        raw = {s.name: sample_source(spark, s, max(rows, self.preview_input_rows), timeout_secs)
+               for s in plan.sources(flow)}
+        frames_raw = {name: _frame(spark, table) for name, table in raw.items()}
+        spec = plan.spec.nodes[node]
+        target = spec.upstream[0] if spec.kind == "sink" and len(spec.upstream) == 1 else node
+        try:
+            frames = evaluate(plan, flow, spark, frames_raw, None, upto=None if spec.kind == "sink" else target)
+            tables = {name: df.limit(self.preview_input_rows).toArrow() for name, df in frames.items()
+                      if name in spec.upstream or name == node}
+        except StreamlingError:
+            raise
+        except Exception as exc:
+            raise StreamlingError(f"previewing failed: {java_message(exc)}", node=node, user=False,
+                                  cause=exc) from exc
+        inputs = {u: tables[u] for u in spec.upstream if u in tables}
+        if spec.kind == "source":
+            inputs = {}
+        if spec.kind == "transform":
+            self.captures[node] = Capture(node, None, inputs, self.nodes[node][1], origin="preview")
+        return Preview(node, inputs, tables.get(node) if spec.kind != "sink" else None)
+
+    # --- running ------------------------------------------------------------------------------
+
+    def start(self, rows: int | None = None, seconds: float | None = None, sample_rows: int = 20,
+              monitor: Any = None) -> NotebookRun:
+        from streamling.runtime.pipeline import PipelineRun
+
+        if self.current is not None and self.current.active:
+            raise StreamlingError("the pipeline is already running", hint="run `%streamling stop` first")
+        overrides: dict[str, Any] = {}
+        if rows is not None:
+            overrides["num_records_before_stop"] = rows
+        settings = self.settings(**overrides)
+        if not Path(settings.state_dir).is_absolute():
+            settings = self.settings(state_dir=str(self.cwd / settings.state_dir), **overrides)
+        bus = ev.EventBus()
+        bus.sample_rows = sample_rows
+        bus.count_rows = monitor is not None
+        self._samples = _Samples()
+        bus.subscribe(self._samples)
+        if monitor is not None:
+            bus.subscribe(monitor.handle)
+        run = NotebookRun(PipelineRun(self.spec(), settings, self.spark(), bus), seconds)
+        self.current = run
+        self.monitor = monitor
+        run.start()
+        return run
+
+    def stop(self, timeout_secs: float = 120) -> None:
+        if self.current is None or not self.current.active:
+            raise StreamlingError("no pipeline is running", hint="start one with `%streamling run`")
+        self.current.stop(timeout_secs)
+
+    def status(self) -> dict[str, Any]:
+        run = self.current
+        if run is None:
+            return {"state": "not started", "flows": {}}
+        state = "running" if run.active else ("failed" if run.error else "finished")
+        return {"state": state, "error": run.error.headline() if run.error else None,
+                "seconds": round(time.time() - run.started_at, 1), "flows": run.run.status()}
+
+    # --- interactive debugging ----------------------------------------------------------------
+
+    def capture(self, node: str) -> Capture:
+        """Keep the batch ``node`` processed most recently in the running (or last) pipeline."""
+        kind, body = self._node(node)
+        if kind != "transform":
+            raise StreamlingError("only transforms can be debugged on a captured batch", node=node,
+                                  hint="capture the transform that reads this node")
+        spec = self.spec().nodes[node]
+        inputs: dict[str, pa.Table] = {}
+        epoch: int | None = None
+        for upstream in spec.upstream:
+            sample = self._samples.get(upstream)
+            if sample is None:
+                raise StreamlingError(f"no batch of '{upstream}' has been seen yet", node=node,
+                                      hint="wait for an epoch of `%streamling run`, or use "
+                                           f"`%streamling preview {node}`")
+            inputs[upstream] = sample.table
+            epoch = sample.epoch if epoch is None else max(epoch, sample.epoch)
+        self.captures[node] = Capture(node, epoch, inputs, body, origin="run")
+        return self.captures[node]
+
+    def debug(self, node: str) -> DebugResult:
+        """Re-run the node's current definition on its captured batch, next to the captured one's."""
+        capture = self.captures.get(node)
+        if capture is None:
+            raise StreamlingError("no captured batch yet", node=node,
+                                  hint=f"run `%streamling capture {node}` while the pipeline runs, or "
+                                       f"`%streamling preview {node}`")
+        spark = self.spark()
+        after, key = self._apply(spark, node, self.nodes[node][1], capture)
+        before = None
+        if capture.definition != self.nodes[node][1]:
+            try:
+                before, _ = self._apply(spark, node, capture.definition, capture)
+            except StreamlingError:
+                before = None
+        else:
+            before = after
+        return DebugResult(node, capture, before, after, key)
+
+    def _apply(self, spark: SparkSession, node: str, definition: dict[str, Any],
+               capture: Capture) -> tuple[pa.Table, list[str]]:
+        from streamling.runtime.planner import build_plan
+
+        saved = self.nodes[node]
+        self.nodes[node] = (saved[0], definition)
+        try:
+            plan = build_plan(self.spec(), self.settings(), dry_run=True)
+        finally:
+            self.nodes[node] = saved
+        transform = plan.nodes[node]
+        frames = {name: _frame(spark, table) for name, table in capture.inputs.items()}
+        try:
+            out = transform.apply(spark, frames, None).toArrow()  # type: ignore[attr-defined]
+        except StreamlingError:
+            raise
+        except Exception as exc:
+            from streamling.errors import node_failure_from_text
+
+            failure = node_failure_from_text(str(exc))
+            if failure is not None:
+                raise failure from exc
+            raise StreamlingError(f"running the transform on the captured batch failed: {java_message(exc)}",
+                                  node=node, hint="fix the cell and run it again", cause=exc) from exc
+        return out, plan.keys.get(node, [])
+
+    def _node(self, name: str) -> tuple[Kind, dict[str, Any]]:
+        if name not in self.nodes:
+            raise StreamlingError(f"there is no node '{name}'", node=name,
+                                  hint=f"nodes: {', '.join(self.nodes) or 'none yet'}")
+        return self.nodes[name]
+
+
+def _frame(spark: SparkSession, table: pa.Table) -> DataFrame:
+    return spark.createDataFrame(table)
+
+
+def sample_source(spark: SparkSession, source: Any, rows: int, timeout_secs: float) -> pa.Table:
+    """The first ``rows`` rows a source yields, read by a throwaway streaming query."""
+    got: dict[str, pa.Table] = {}
+    done = threading.Event()
+
+    def take(batch: DataFrame, _batch_id: int) -> None:
+        if done.is_set():
+            return
+        table = batch.limit(rows).toArrow()
+        if table.num_rows or source.bounded:
+            got["table"] = table
+            done.set()
+
+    checkpoint = tempfile.mkdtemp(prefix="streamling-preview-")
+    try:
+        writer = source.read_stream(spark).writeStream.foreachBatch(take).option("checkpointLocation", checkpoint)
+        writer = writer.trigger(availableNow=True) if source.bounded else writer.trigger(processingTime="500 milliseconds")
+        query = writer.start()
+        deadline = time.monotonic() + timeout_secs
+        while not done.is_set() and query.isActive and time.monotonic() < deadline:
+            done.wait(0.2)
+        query.stop()
+        error = query.exception()
+        if error is not None and "table" not in got:
+            raise source.ctx.error(f"reading a sample failed: {java_message(error)}", code="preview_failed")
+    finally:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    if "table" not in got:
+        raise source.ctx.error(f"no rows arrived within {timeout_secs:.0f}s",
+                               hint="check that the source has data (e.g. starting_offsets: earliest)",
+                               code="preview_empty")
+    return got["table"]
+
+
+def problems_of(exc: StreamlingError) -> list[StreamlingError]:
+    return exc.problems if isinstance(exc, ValidationError) else [exc]
