@@ -476,7 +476,8 @@ def sample_source(spark: SparkSession, source: Any, rows: int, timeout_secs: flo
     checkpoint = tempfile.mkdtemp(prefix="streamling-preview-")
     try:
         writer = source.read_stream(spark).writeStream.foreachBatch(take).option("checkpointLocation", checkpoint)
-        writer = writer.trigger(availableNow=True) if source.bounded else writer.trigger(processingTime="500 milliseconds")
+        writer = (writer.trigger(availableNow=True) if source.bounded
+                  else writer.trigger(processingTime="500 milliseconds"))
         query = writer.start()
         deadline = time.monotonic() + timeout_secs
         while not done.is_set() and query.isActive and time.monotonic() < deadline:
