@@ -1,0 +1,167 @@
+"""Notebook authoring without Spark: cells build the same spec and plan as the YAML, exports run
+unchanged, and a failing magic fails its cell with one readable line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython import get_ipython
+from IPython.core.error import UsageError
+from IPython.testing.globalipapp import start_ipython
+
+from streamling.config import load_settings
+from streamling.runtime.planner import build_plan
+from streamling.spec import PipelineSpec, load_pipeline, parse_pipeline
+
+YAML = """\
+sources:
+  raw.orders:
+    type: generate
+    rows: 1000
+    primary_key: id
+transforms:
+  big:
+    type: sql
+    from: [raw.orders]
+    sql: |
+      SELECT id, customer, amount * quantity AS total
+      FROM raw.orders WHERE amount > 500
+  shout:
+    type: script
+    language: typescript
+    from: [big]
+    script: |
+      function process(row: any) { return {...row, customer: row.customer.toUpperCase()}; }
+sinks:
+  out:
+    type: postgres
+    from: [shout]
+    schema: shop
+    table: big_orders
+    on_conflict: nothing
+  screen:
+    type: print
+    from: [big]
+"""
+
+
+@pytest.fixture
+def ip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.chdir(tmp_path)
+    shell = start_ipython() or get_ipython()  # one shell per test process
+    assert shell is not None
+    shell.run_line_magic("load_ext", "streamling")
+    shell.run_line_magic("config", "StreamlingMagics.full_traceback = False")
+    from streamling.notebook.magics import StreamlingMagics
+
+    magics = shell.magics_manager.registry["StreamlingMagics"]
+    magics._pipeline = None  # a fresh notebook pipeline per test
+    assert isinstance(magics, StreamlingMagics)
+    yield shell
+    magics._pipeline = None
+
+
+def author(ip: Any) -> None:
+    ip.run_cell_magic("streamling", "source raw.orders", "type: generate\nrows: 1000\nprimary_key: id\n")
+    ip.run_cell_magic("streamling", "transform big --from raw.orders",
+                      "SELECT id, customer, amount * quantity AS total\nFROM raw.orders WHERE amount > 500\n")
+    ip.run_cell_magic("streamling", "transform shout --from big --type script --language typescript",
+                      "function process(row: any) { return {...row, customer: row.customer.toUpperCase()}; }\n")
+    ip.run_cell_magic("streamling", "sink out --from shout",
+                      "type: postgres\nschema: shop\ntable: big_orders\non_conflict: nothing\n")
+    ip.run_cell_magic("streamling", "sink screen --from big", "type: print\n")
+
+
+def _shape(spec: PipelineSpec) -> dict[str, Any]:
+    return {name: (n.kind, n.type, n.upstream, n.options.model_dump(by_alias=True)) for name, n in spec.nodes.items()}
+
+
+def _pipeline(ip: Any) -> Any:
+    return ip.magics_manager.registry["StreamlingMagics"].pipeline
+
+
+def test_cells_build_the_same_spec_and_plan_as_the_yaml(ip: Any, tmp_path: Path) -> None:
+    author(ip)
+    from_cells = _pipeline(ip).spec()
+    from_yaml = parse_pipeline(YAML)
+    assert _shape(from_cells) == _shape(from_yaml)
+    settings = load_settings(environ={}, cwd=tmp_path)
+    assert build_plan(from_cells, settings).describe() == build_plan(from_yaml, settings).describe()
+
+
+def test_export_writes_yaml_the_cli_loads_unchanged(ip: Any, tmp_path: Path) -> None:
+    author(ip)
+    out = ip.run_line_magic("streamling", "export exported/pipeline.yaml")
+    path = tmp_path / "exported" / "pipeline.yaml"
+    assert str(path) in out.text
+    assert _shape(load_pipeline(path)) == _shape(parse_pipeline(YAML))
+    assert "sql: |" in path.read_text()  # multi-line SQL stays readable
+
+
+def test_rerunning_a_cell_replaces_the_node_in_place(ip: Any) -> None:
+    author(ip)
+    ip.run_cell_magic("streamling", "transform big --from raw.orders", "SELECT id, customer FROM raw.orders")
+    nb = _pipeline(ip)
+    assert list(nb.nodes) == ["raw.orders", "big", "shout", "out", "screen"]
+    assert nb.spec().nodes["big"].options.sql == "SELECT id, customer FROM raw.orders"
+
+
+def test_pipeline_cell_takes_a_whole_yaml(ip: Any) -> None:
+    result = ip.run_cell_magic("streamling", "pipeline", YAML)
+    assert result.text == "pipeline is valid: 1 sources, 2 transforms, 2 sinks"
+    assert _shape(_pipeline(ip).spec()) == _shape(parse_pipeline(YAML))
+
+
+def test_remove_drops_a_node(ip: Any) -> None:
+    author(ip)
+    ip.run_line_magic("streamling", "remove screen")
+    assert "screen" not in _pipeline(ip).nodes
+    with pytest.raises(UsageError, match="Node 'screen': there is no node 'screen'"):
+        ip.run_line_magic("streamling", "remove screen")
+
+
+def test_errors_fail_the_cell_with_one_line_per_problem(ip: Any) -> None:
+    ip.run_cell_magic("streamling", "source orders", "type: generate\nrows: 10\n")
+    ip.run_cell_magic("streamling", "sink out --from orders", "type: prnt\n")
+    with pytest.raises(UsageError) as err:
+        ip.run_line_magic("streamling", "validate")
+    message = str(err.value)
+    assert message == ("Node 'out': unknown sink type 'prnt' (did you mean 'print'?); "
+                       "available sink types: blackhole, delta, kafka, postgres, print, webhook")
+    assert "Traceback" not in message
+
+
+def test_bad_yaml_body_names_the_line(ip: Any) -> None:
+    with pytest.raises(UsageError, match=r"the cell body is not valid YAML at line 2.*write the source's keys"):
+        ip.run_cell_magic("streamling", "source orders", "type: generate\n  rows: 10\n")
+
+
+def test_sink_without_from_says_what_to_do(ip: Any) -> None:
+    with pytest.raises(UsageError, match=r"Node 'out': a sink reads one node: add --from UPSTREAM"):
+        ip.run_cell_magic("streamling", "sink out", "type: print\n")
+
+
+def test_full_traceback_switch_raises_the_original_error(ip: Any) -> None:
+    from streamling.errors import StreamlingError
+
+    ip.run_line_magic("config", "StreamlingMagics.full_traceback = True")
+    try:
+        with pytest.raises(StreamlingError):
+            ip.run_line_magic("streamling", "validate")
+    finally:
+        ip.run_line_magic("config", "StreamlingMagics.full_traceback = False")
+
+
+def test_unknown_command_lists_usage(ip: Any) -> None:
+    with pytest.raises(UsageError, match=r"(?s)unknown command 'frobnicate'.*%streamling validate"):
+        ip.run_line_magic("streamling", "frobnicate")
+
+
+def test_magic_names_do_not_clash_with_databricks_builtins(ip: Any) -> None:
+    registered = set(ip.magics_manager.registry["StreamlingMagics"].magics["line"])
+    registered |= set(ip.magics_manager.registry["StreamlingMagics"].magics["cell"])
+    assert registered == {"streamling"}
+    assert not registered & {"sql", "python", "scala", "r", "md", "sh", "fs", "run", "pip"}
