@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from streamling.errors import StreamlingError
 
@@ -93,6 +93,34 @@ class PostgresSinkSettings(PostgresConnection):
     pool_acquire_timeout_secs: int = 30
     pool_idle_timeout_secs: int = 600
     pool_max_lifetime_secs: int = 1800
+
+
+class PostgresDynamicTableSettings(_Section):
+    """``dynamic_table_backend.postgres.*``. Connection keys left unset (null) fall back to
+    ``postgres_sink.*``, so one Postgres configured for the sink also serves dynamic tables."""
+
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    password: str | None = Field(default=None, validation_alias=AliasChoices("password", "pass"))
+    db: str | None = None
+    sslmode: str | None = None
+    max_connections: int | None = Field(default=None, ge=1)
+    #: schema of the tables (a node's ``schema`` overrides it)
+    dt_schema_name: str = "streamling"
+    #: keep each table's values in memory, refreshed incrementally by ``time_column`` (a node's
+    #: ``cache`` overrides it); off: the table is re-read every epoch, so direct deletes are seen
+    cache_enabled: bool = False
+    #: with the cache on, look for rows written by others at most this often (a node's
+    #: ``cache_refresh_debounce_ms`` overrides it; 0 = every epoch)
+    cache_refresh_debounce_ms: int = Field(default=1000, ge=0)
+    statement_timeout_secs: int = Field(default=30, ge=0)
+
+
+class DynamicTableBackendSettings(_Section):
+    postgres: PostgresDynamicTableSettings = Field(default_factory=PostgresDynamicTableSettings)
+    #: most values in one INSERT statement when a dynamic table's ``sql`` fills it
+    max_batch_size: int = Field(default=1000, ge=1)
 
 
 class PrintSinkSettings(_Section):
@@ -210,6 +238,7 @@ class Settings(BaseModel):
     kafka_sink: KafkaSinkSettings = Field(default_factory=KafkaSinkSettings)
     wasm_script: WasmScriptSettings = Field(default_factory=WasmScriptSettings)
     external_http_handler: ExternalHttpHandlerSettings = Field(default_factory=ExternalHttpHandlerSettings)
+    dynamic_table_backend: DynamicTableBackendSettings = Field(default_factory=DynamicTableBackendSettings)
     #: ``STREAMLING__HTTP_SECRET_HEADER__<NAME>`` / ``…_VALUE__<NAME>``: the environment lower-cases
     #: ``<NAME>``, so both maps are keyed by the lower-cased secret name (see ``http_secret``).
     http_secret_header: dict[str, str] = Field(default_factory=dict)
@@ -224,6 +253,17 @@ class Settings(BaseModel):
         override = self.postgres_sink_connections.get(normalize_sink_name(sink_name), {})
         merged = {**self.postgres_sink.model_dump(by_alias=True), **override}
         return PostgresSinkSettings.model_validate(merged)
+
+    def dynamic_table_connection(self) -> PostgresConnection:
+        """Where Postgres dynamic tables live: ``dynamic_table_backend.postgres`` over ``postgres_sink``."""
+        own = self.dynamic_table_backend.postgres
+        merged = self.postgres_sink.model_dump(by_alias=True, include={"host", "port", "user", "pass_", "db",
+                                                                       "sslmode"})
+        for key, value in (("host", own.host), ("port", own.port), ("user", own.user), ("pass", own.password),
+                           ("db", own.db), ("sslmode", own.sslmode)):
+            if value is not None:
+                merged[key] = value
+        return PostgresConnection.model_validate(merged)
 
     def http_secret(self, name: str) -> tuple[str, str]:
         """The (header name, header value) a node's ``secret_name`` refers to.

@@ -18,12 +18,13 @@ from streamling.spec.nodes import (
     MAX_LABELS,
     REGISTRY,
     RESERVED_LABELS,
+    DynamicTableTransformOptions,
     FromNodeOptions,
     NodeOptions,
     NodeType,
     SqlTransformOptions,
 )
-from streamling.spec.sql import analyze_sql
+from streamling.spec.sql import DYNAMIC_TABLE_CHECK, analyze_sql, dynamic_table_sql_problems
 
 Kind = Literal["source", "transform", "sink"]
 SECTIONS: dict[str, Kind] = {"sources": "source", "transforms": "transform", "sinks": "sink"}
@@ -44,6 +45,9 @@ class NodeSpec:
     path: str
     line: int | None = None
     upstream: list[str] = field(default_factory=list)
+    #: nodes that must run earlier in the same epoch without feeding rows in: the dynamic tables
+    #: an SQL transform queries with ``dynamic_table_check`` (so their ``sql`` fills them first).
+    requires: list[str] = field(default_factory=list)
 
     @property
     def type(self) -> str:
@@ -88,7 +92,8 @@ class PipelineSpec:
         pending = {n.name for n in self.transforms}
         done.extend(n.name for n in self.sources)
         while pending:
-            ready = sorted(n for n in pending if all(u in done for u in self.nodes[n].upstream))
+            ready = sorted(n for n in pending
+                           if all(u in done for u in [*self.nodes[n].upstream, *self.nodes[n].requires]))
             if not ready:
                 break
             done.extend(ready)
@@ -126,6 +131,7 @@ class _Collector:
 def _model_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
     """The keys allowed at ``loc`` inside ``model`` (``telemetry`` → labels, event_time)."""
     current = model
+    hidden: frozenset[str] = getattr(model, "not_accepted", frozenset()) if not loc else frozenset()
     for part in loc:
         found = next((f for k, f in current.model_fields.items() if part in (k, f.alias)), None)
         args = (found.annotation, *get_args(found.annotation)) if found else ()
@@ -133,7 +139,7 @@ def _model_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
         if nested is None:
             return []
         current = nested
-    return sorted({(f.alias or k) for k, f in current.model_fields.items()})
+    return sorted({(f.alias or k) for k, f in current.model_fields.items() if k not in hidden})
 
 
 def _pydantic_problems(col: _Collector, path: str, exc: PydanticValidationError, model: type[NodeOptions],
@@ -265,6 +271,7 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
     """Resolve ``from`` and SQL references. Names declared but invalid were already reported,
     so references to them are not reported a second time."""
     producers = {n.lower(): n for n, k in declared.items() if k != "sink"}
+    uses: dict[str, list[str]] = {}  # SQL transform → the dynamic tables it checks
     for spec in nodes.values():
         if spec.kind == "source":
             continue
@@ -272,13 +279,22 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
         kind = f"{spec.type} {spec.kind}"
         assert isinstance(spec.options, FromNodeOptions)
         declared_from = spec.options.from_
-        if isinstance(spec.options, SqlTransformOptions):
+        if isinstance(spec.options, DynamicTableTransformOptions) and spec.options.sql is None:
+            continue  # filled outside the pipeline: no input
+        if isinstance(spec.options, (SqlTransformOptions, DynamicTableTransformOptions)):
+            assert spec.options.sql is not None
             analysis = analyze_sql(spec.options.sql)
             if analysis.parse_error:
                 col.add(f"{path}.sql", f"SQL does not parse: {analysis.parse_error}", node=spec.name, node_kind=kind)
                 continue
             for problem in analysis.problems:
                 col.add(f"{path}.sql", problem, node=spec.name, node_kind=kind)
+            if isinstance(spec.options, DynamicTableTransformOptions) and not analysis.problems:
+                for problem in dynamic_table_sql_problems(spec.options.sql):
+                    col.add(f"{path}.sql", problem, node=spec.name, node_kind=kind,
+                            hint="compute the value in an SQL transform and fill the table from it")
+            if analysis.dynamic_tables:
+                uses[spec.name] = analysis.dynamic_tables
             refs = []
             for table in analysis.tables:
                 target = producers.get(table.lower())
@@ -311,12 +327,14 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
                         node=spec.name, node_kind=kind)
         spec.upstream = [u for u in declared_from if u in nodes and nodes[u].kind != "sink"]
 
+    _resolve_dynamic_tables(col, nodes, declared, prefix, uses)
+
     # Cycles among transforms.
     state: dict[str, int] = {}
 
     def visit(name: str, trail: list[str]) -> None:
         state[name] = 1
-        for up in nodes[name].upstream:
+        for up in [*nodes[name].upstream, *nodes[name].requires]:
             if nodes[up].kind != "transform":
                 continue
             if state.get(up) == 1:
@@ -333,13 +351,63 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
             visit(spec.name, [spec.name])
 
     consumed = {u for n in nodes.values() for u in n.upstream}
-    orphans = [n for n in nodes.values() if n.kind != "sink" and n.name not in consumed]
+    orphans = [n for n in nodes.values() if n.kind != "sink" and n.name not in consumed
+               and not isinstance(n.options, DynamicTableTransformOptions)]
     if orphans and not col.problems:
         names = ", ".join(f"'{n.name}'" for n in orphans)
         col.problems.append(StreamlingError(
             f"nodes [{names}] have no consumers", code="orphan_nodes",
             location=col.doc.location(orphans[0].path),
             hint="read them from a transform or sink, or remove them"))
+
+
+def _resolve_dynamic_tables(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[str, Kind], prefix: str,
+                            uses: dict[str, list[str]]) -> None:
+    """Dynamic tables produce no rows, are named by ``dynamic_table_check``'s literal, and a table
+    filled by ``sql`` may only be checked by transforms that read the same input (Streamling's rule:
+    the table is filled from the very batch being checked)."""
+    tables = {n for n, s in nodes.items() if isinstance(s.options, DynamicTableTransformOptions)}
+    for spec in nodes.values():
+        kind = f"{spec.type} {spec.kind}"
+        path = spec.path.removeprefix(prefix)
+        read = [u for u in spec.upstream if u in tables]
+        if read:
+            declared_from = isinstance(spec.options, FromNodeOptions) and spec.options.from_
+            where = f"{path}.from" if declared_from else f"{path}.sql"
+            col.add(where, f"reads dynamic table '{read[0]}', which produces no rows",
+                    node=spec.name, node_kind=kind,
+                    hint=f"query it with {DYNAMIC_TABLE_CHECK}('{read[0]}', value) in an SQL transform")
+            spec.upstream = [u for u in spec.upstream if u not in tables]
+        if isinstance(spec.options, DynamicTableTransformOptions) and spec.upstream:
+            source = nodes[spec.upstream[0]]
+            if source.kind == "transform" and source.name in uses and spec.name in uses[source.name]:
+                col.add(f"{path}.sql", f"reads '{source.name}', which checks this dynamic table: the table would "
+                                       "be filled from rows that depend on it", node=spec.name, node_kind=kind)
+                spec.upstream = []
+    for name, used in uses.items():
+        spec = nodes[name]
+        kind = f"{spec.type} {spec.kind}"
+        path = f"{spec.path.removeprefix(prefix)}.sql"
+        for table in used:
+            target = nodes.get(table)
+            if table not in declared:
+                close = _suggest(table, sorted(n for n, k in declared.items() if k == "transform"))
+                col.add(path, f"dynamic table '{table}' is used in SQL transform but not defined in pipeline "
+                              f"topology{close}", node=name, node_kind=kind,
+                        hint=f"add a transform of type dynamic_table named '{table}', or fix the name")
+            elif target is None:
+                continue  # declared but invalid: already reported
+            elif table not in tables:
+                col.add(path, f"{DYNAMIC_TABLE_CHECK} names '{table}', which is a {target.type} {target.kind}, "
+                              "not a dynamic_table", node=name, node_kind=kind)
+            else:
+                spec.requires.append(table)
+                if target.upstream and target.upstream[0] not in spec.upstream:
+                    reads = ", ".join(f"'{u}'" for u in spec.upstream) or "nothing"
+                    col.add(path, f"dynamic table '{table}' is filled from '{target.upstream[0]}' but this "
+                                  f"transform reads {reads}; a transform that calls {DYNAMIC_TABLE_CHECK} on a "
+                                  "table with 'sql' must read the same input", node=name, node_kind=kind,
+                            hint=f"read '{target.upstream[0]}' here, or fill '{table}' from {reads}")
 
 
 def load_pipeline(path: str | Path) -> PipelineSpec:

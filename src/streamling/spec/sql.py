@@ -21,11 +21,16 @@ GS_OP = "_gs_op"
 DIALECT = "spark"
 
 
+DYNAMIC_TABLE_CHECK = "dynamic_table_check"
+
+
 @dataclass
 class SqlAnalysis:
     tables: list[str] = field(default_factory=list)  # as written, in order of appearance
     problems: list[str] = field(default_factory=list)
     parse_error: str | None = None
+    #: distinct table names given to ``dynamic_table_check`` (string literals)
+    dynamic_tables: list[str] = field(default_factory=list)
 
 
 def _table_name(table: exp.Table) -> str:
@@ -109,6 +114,16 @@ def analyze_sql(sql: str) -> SqlAnalysis:
         if select.args.get("distinct"):
             out.problems.append("SELECT DISTINCT is not supported in a stateless transform")
             break
+    for call in _dynamic_table_calls(tree):
+        args = call.expressions
+        if len(args) != 2:
+            out.problems.append(f"{DYNAMIC_TABLE_CHECK} takes 2 arguments (table name, value or list), "
+                                f"found {len(args)}")
+        elif not (isinstance(args[0], exp.Literal) and args[0].is_string):
+            out.problems.append(f"the first argument of {DYNAMIC_TABLE_CHECK} must be the dynamic table's name "
+                                f"as a string literal, found {args[0].sql(dialect=DIALECT)}")
+        elif args[0].name not in out.dynamic_tables:
+            out.dynamic_tables.append(args[0].name)
     if any(True for _ in tree.find_all(exp.AggFunc)) and not any(
         "GROUP BY" in p for p in out.problems
     ):
@@ -116,6 +131,45 @@ def analyze_sql(sql: str) -> SqlAnalysis:
             "aggregate functions (count, sum, …) are not supported in a stateless transform"
         )
     return out
+
+
+def _dynamic_table_calls(tree: exp.Expression) -> list[exp.Anonymous]:
+    return [f for f in tree.find_all(exp.Anonymous) if str(f.name).lower() == DYNAMIC_TABLE_CHECK]
+
+
+def dynamic_table_sql_problems(sql: str) -> list[str]:
+    """A dynamic table's ``sql`` is one projection over one input, optionally filtered.
+
+    Streamling runs it as a side output of its source (no joins, unions, CTEs or subqueries) and
+    stores a single column; anything richer belongs in an SQL transform upstream.
+    """
+    try:
+        tree = _parse(sql)
+    except (ParseError, sqlglot.errors.TokenError):
+        return []  # reported by analyze_sql
+    only = "only a projection and filter (SELECT <value> FROM <input> [WHERE …]) is supported for dynamic tables"
+    if not isinstance(tree, exp.Select) or tree.find(exp.CTE, exp.Subquery, exp.Join) is not None:
+        return [only]
+    source = tree.args.get("from_", tree.args.get("from"))
+    if source is None or not isinstance(source.this, exp.Table):
+        return [only]
+    star, _ = _output_names(tree)
+    if not star and len(tree.expressions) != 1:
+        return [f"a dynamic table's sql must select exactly one column (the value to store), "
+                f"found {len(tree.expressions)}"]
+    if _dynamic_table_calls(tree):
+        return [f"{DYNAMIC_TABLE_CHECK} cannot be used inside a dynamic table's own sql"]
+    return []
+
+
+def rewrite_dynamic_table_calls(sql: str, functions: Mapping[str, str]) -> str:
+    """``dynamic_table_check('t', v)`` → ``<functions['t']>(v)``: one per-epoch lookup function per table."""
+    tree = _parse(sql)
+    for call in _dynamic_table_calls(tree):
+        args = call.expressions
+        if len(args) == 2 and isinstance(args[0], exp.Literal) and args[0].name in functions:
+            call.replace(exp.Anonymous(this=functions[args[0].name], expressions=[args[1].copy()]))
+    return tree.sql(dialect=DIALECT)
 
 
 def _output_names(select: exp.Select) -> tuple[bool, set[str]]:
