@@ -113,9 +113,16 @@ class Source(Node):
 class Transform(Node):
     """DataFrame → DataFrame over one micro-batch (stateless)."""
 
+    #: True when ``apply`` runs a Spark job over its input itself (a dynamic table collecting the
+    #: values to store): the flow then caches the micro-batch so its sources are read only once.
+    reads_batch_eagerly: bool = False
+
     @abstractmethod
     def apply(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None) -> DataFrame:
         """Compute this node's output from its upstream DataFrames (keyed by node name)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release clients; called once when the pipeline stops."""
 
 
 class Sink(Node):

@@ -11,6 +11,7 @@ from streamling.config import Settings
 from streamling.errors import StreamlingError, java_message
 from streamling.runtime import events as ev
 from streamling.runtime.flow import FlowRunner
+from streamling.runtime.nodes import Transform
 from streamling.runtime.planner import Plan, analyze, build_plan
 from streamling.spec.pipeline import PipelineSpec
 
@@ -139,6 +140,12 @@ class PipelineRun:
                 log.debug("stopping flow %s", runner.flow.name, exc_info=True)
             runner.await_finalized()
             runner.close()
+        for node in self.plan.nodes.values():
+            if isinstance(node, Transform):
+                try:
+                    node.close()
+                except Exception:  # noqa: BLE001
+                    log.exception("closing transform '%s' failed", node.name)
         if self._listener is not None:
             try:
                 self.spark.streams.removeListener(self._listener.listener)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from streamling.config import Settings
 from streamling.errors import StreamlingError, ValidationError
 from streamling.runtime.nodes import Node, NodeContext, Sink, Source, Transform
-from streamling.spec.nodes import parse_key
+from streamling.spec.nodes import DynamicTableTransformOptions, parse_key
 from streamling.spec.pipeline import NodeSpec, PipelineSpec
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ class Plan:
                     "kind": spec.kind,
                     "type": spec.type,
                     "upstream": spec.upstream,
+                    **({"requires": spec.requires} if spec.requires else {}),
                     "primary_key": self.keys.get(name, []),
                     "schema": [f"{f.name} {f.dataType.simpleString()}" for f in self.schemas[name].fields]
                     if name in self.schemas else None,
@@ -83,7 +84,13 @@ def flow_name(sources: list[NodeSpec]) -> str:
 
 
 def split_flows(spec: PipelineSpec) -> list[Flow]:
-    """Connected components of the node graph, each in topological order."""
+    """Connected components of the node graph, each in topological order.
+
+    Only data edges (``upstream``) connect nodes. A dynamic table filled by ``sql`` reads the same
+    input as the transforms that check it, so it lands in their flow, ordered before them through
+    ``requires``; one without ``sql`` has no input and belongs to no flow (it is still planned:
+    its backend is queried by the flows that check it).
+    """
     parent: dict[str, str] = {n: n for n in spec.nodes}
 
     def find(x: str) -> str:
@@ -101,6 +108,8 @@ def split_flows(spec: PipelineSpec) -> list[Flow]:
     flows = []
     for members in groups.values():
         sources = [n for n in members if n.kind == "source"]
+        if not sources:
+            continue
         flows.append(Flow(flow_name(sources), sources, [n for n in members if n.kind == "transform"],
                           [n for n in members if n.kind == "sink"]))
     return sorted(flows, key=lambda f: f.name)
@@ -111,6 +120,9 @@ def effective_keys(spec: PipelineSpec, known: dict[str, list[str]] | None = None
     its first keyed upstream."""
     keys: dict[str, list[str]] = {}
     for node in spec.topological():
+        if isinstance(node.options, DynamicTableTransformOptions):
+            keys[node.name] = []  # a set of values, not rows of its input
+            continue
         own = parse_key(node.options.primary_key) or (known or {}).get(node.name, [])
         if not own:
             own = next((keys[u] for u in node.upstream if keys.get(u)), [])
@@ -127,12 +139,18 @@ def _instantiate(spec: NodeSpec, ctx: NodeContext) -> Node:
 def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) -> Plan:
     keys = effective_keys(spec)
     plan = Plan(spec=spec, settings=settings, flows=split_flows(spec), keys=keys)
-    for flow_index, flow in enumerate(plan.flows):
-        for node in [*flow.sources, *flow.transforms, *flow.sinks]:
-            ctx = NodeContext(spec=node, settings=settings, primary_key=keys[node.name],
-                              state_dir=settings.state_dir, dry_run=dry_run,
-                              extras={"scope": f"f{flow_index}"})
-            plan.nodes[node.name] = _instantiate(node, ctx)
+    # The plan's dynamic tables by node name: each DynamicTableTransform registers its backend,
+    # SQL transforms calling dynamic_table_check look it up (see streamling.functions.dynamic_table).
+    dynamic_tables: dict[str, Any] = {}
+    placed = [(f"f{i}", node) for i, flow in enumerate(plan.flows)
+              for node in [*flow.sources, *flow.transforms, *flow.sinks]]
+    in_flows = {node.name for _, node in placed}
+    placed += [("p", node) for node in spec.topological() if node.name not in in_flows]
+    for scope, node in placed:
+        ctx = NodeContext(spec=node, settings=settings, primary_key=keys[node.name],
+                          state_dir=settings.state_dir, dry_run=dry_run,
+                          extras={"scope": scope, "dynamic_tables": dynamic_tables})
+        plan.nodes[node.name] = _instantiate(node, ctx)
     if settings.job_mode:
         unbounded = [s.name for f in plan.flows for s in f.sources if not getattr(plan.nodes[s.name], "bounded", False)]
         if unbounded:

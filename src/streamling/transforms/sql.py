@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from streamling.functions.dynamic_table import DynamicTableChecks
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Transform
 from streamling.spec.nodes import SqlTransformOptions
-from streamling.spec.sql import pin_clock, rewrite_sql, uses_clock
+from streamling.spec.sql import analyze_sql, pin_clock, rewrite_sql, uses_clock
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -26,6 +27,11 @@ class SqlTransform(Transform):
         self.views = {u.lower(): view_name(self.scope, u) for u in ctx.spec.upstream}
         self.sql = rewrite_sql(self.options.sql, self.views, carry_gs_op=True)
         self.pins_clock = uses_clock(self.sql)
+        tables = analyze_sql(self.options.sql).dynamic_tables
+        self.checks = DynamicTableChecks(tables, self.name, ctx.extras.get("dynamic_tables"),
+                                         ctx.error) if tables else None
+        if self.checks is not None:
+            self.sql = self.checks.rewrite(self.sql)
 
     def apply(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None) -> DataFrame:
         from pyspark.errors import AnalysisException, ParseException
@@ -35,6 +41,8 @@ class SqlTransform(Transform):
         sql = self.sql
         if self.pins_clock and epoch is not None:
             sql = pin_clock(sql, epoch.started_at_iso)
+        if self.checks is not None:  # this epoch's members of each dynamic table, read once
+            self.checks.register(spark, epoch)
         try:
             out = spark.sql(sql)
         except (AnalysisException, ParseException) as exc:

@@ -1,0 +1,1 @@
+"""SQL functions streamling adds to Spark SQL (``dynamic_table_check``, …)."""

@@ -1,0 +1,427 @@
+"""``dynamic_table`` transform: a set of values that SQL transforms check with ``dynamic_table_check``.
+
+With ``sql`` (one projection, optionally filtered, over one input) each epoch's batch of that
+input adds its values to the table *before* the transforms that check it run in the same epoch
+(Streamling runs it as a side output of the source; here it is ordered first in the flow's DAG).
+Values are only ever added, as in Streamling: the ``sql`` sees every row, ``_gs_op`` included, so
+``WHERE _gs_op <> 'd'`` keeps deleted rows out. Removing values is done in the table itself
+(Postgres), and a delete there is seen at the next epoch unless the table is cached.
+
+The node's output is the values its ``sql`` selected in the epoch (one column named ``column``),
+for sampling and debugging; nothing may read it as rows (validation rejects that).
+
+Backends:
+
+- ``InMemory``: a set held by this process, empty at start, gone when the pipeline stops.
+- ``Postgres``: ``<schema>.<backend_entity_name>`` with ``<column> TEXT PRIMARY KEY`` and
+  ``<time_column> TIMESTAMPTZ DEFAULT clock_timestamp()`` plus an index on the time column,
+  created on first use (schema included). Uncached (default), every epoch that checks the table
+  reads its values once; with ``cache`` the set stays in memory and only rows whose time column is
+  newer than the last one seen are read, at most every ``cache_refresh_debounce_ms`` (direct
+  deletes are then not seen until a restart). Writers serialise on an advisory lock when cached,
+  so the time column grows in commit order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from streamling.errors import StreamlingError
+from streamling.runtime.nodes import Epoch, NodeContext, Transform
+from streamling.spec.nodes import IDENTIFIER, DynamicTableTransformOptions
+from streamling.spec.sql import pin_clock, rewrite_sql, uses_clock
+from streamling.transforms.sql import _spark_message, view_name
+
+if TYPE_CHECKING:
+    import psycopg
+    from pyspark.sql import DataFrame, SparkSession
+
+    from streamling.config.settings import PostgresConnection, RetrySettings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+MAX_IDENTIFIER_BYTES = 63  # Postgres truncates longer names silently
+
+
+def _epoch_key(epoch: Epoch) -> tuple[str, int, float]:
+    """One run of one epoch (a replay of the same batch id reads the table again)."""
+    return (epoch.flow, epoch.epoch_id, epoch.started_at)
+
+
+class InMemoryDynamicTable:
+    """A set of strings kept by this process for the pipeline's lifetime."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._values: set[str] = set()
+        self._snapshot: frozenset[str] | None = frozenset()
+        self._lock = threading.Lock()
+
+    def add(self, values: list[str]) -> None:
+        with self._lock:
+            before = len(self._values)
+            self._values.update(values)
+            if len(self._values) != before:
+                self._snapshot = None
+
+    def members(self, epoch: Epoch) -> frozenset[str]:
+        with self._lock:
+            if self._snapshot is None:
+                self._snapshot = frozenset(self._values)
+            return self._snapshot
+
+    def close(self) -> None:
+        pass
+
+
+def index_name(table: str, time_column: str) -> str:
+    """``idx_<table>_<time_column>``, kept unique under Postgres's 63-byte limit with a stable hash."""
+    raw = f"idx_{table}_{time_column}"
+    if len(raw.encode()) <= MAX_IDENTIFIER_BYTES:
+        return raw
+    digest = hashlib.sha256(raw.encode()).hexdigest()[:16]
+    return f"{raw[:MAX_IDENTIFIER_BYTES - 17]}_{digest}"
+
+
+class PostgresDynamicTable:
+    """A dynamic table in Postgres: one connection, created lazily, retried on transient failures.
+
+    ``stats`` counts the statements sent (``reads``: lookups of members, ``writes``: batches of
+    inserted values), so a test or a benchmark can check that lookups are one per epoch.
+    """
+
+    def __init__(self, node: str, connection: PostgresConnection, schema: str, table: str, column: str,
+                 time_column: str, *, cache: bool, debounce_ms: int, max_batch_size: int,
+                 statement_timeout_secs: int, retry: RetrySettings) -> None:
+        from psycopg import sql
+
+        if not IDENTIFIER.match(schema):
+            raise StreamlingError(f"schema {schema!r} (dynamic_table_backend.postgres.dt_schema_name or the node's "
+                                  "'schema') is not a plain identifier", node=node,
+                                  node_kind="dynamic_table transform", code="config_invalid",
+                                  hint="use letters, digits and _ (not starting with a digit)")
+        self.node = node
+        self.connection = connection
+        self.schema, self.table, self.column, self.time_column = schema, table, column, time_column
+        self.qualified = f"{schema}.{table}"
+        self.target = f"{connection.host}:{connection.port}"
+        self.cache_enabled = cache
+        self.debounce_ms = debounce_ms
+        self.max_batch_size = max_batch_size
+        self.statement_timeout_ms = max(0, statement_timeout_secs) * 1000
+        self.retry = retry
+        self.stats = {"reads": 0, "writes": 0}
+        self._lock = threading.RLock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._has_time_column = True
+        self._ready = False
+        self._snapshot: tuple[tuple[str, int, float], frozenset[str]] | None = None
+        self._cached: set[str] | None = None
+        self._watermark: Any = None
+        self._refreshed_at = 0.0
+        self._ident = sql.Identifier(schema, table)
+
+    # -- the two operations ----------------------------------------------------------------------
+
+    def add(self, values: list[str]) -> None:
+        """Insert the values not yet present (``ON CONFLICT DO NOTHING``), ``max_batch_size`` per statement."""
+        if not values:
+            return
+        from psycopg import sql
+
+        columns = [sql.Identifier(self.column)]
+        selected = [sql.SQL("v")]
+        if self._has_time_column:
+            columns.append(sql.Identifier(self.time_column))
+            selected.append(sql.SQL("clock_timestamp()"))
+        insert = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM unnest(%s::text[]) AS v ON CONFLICT ({}) DO NOTHING"
+                         ).format(self._ident, sql.SQL(", ").join(columns), sql.SQL(", ").join(selected),
+                                  sql.Identifier(self.column))
+        chunks = [values[i:i + self.max_batch_size] for i in range(0, len(values), self.max_batch_size)]
+
+        def write(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                if self.cache_enabled:  # commit order = time order, for the incremental refresh
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (self.qualified,))
+                for chunk in chunks:
+                    conn.execute(insert, (chunk,))
+                    self.stats["writes"] += 1
+
+        self._run(f"adding {len(values)} value(s)", write)
+        with self._lock:
+            if self._cached is not None:
+                self._cached.update(values)
+            self._snapshot = None
+
+    def members(self, epoch: Epoch) -> frozenset[str]:
+        """The values to check against in ``epoch``: read once per epoch, or from the cache."""
+        key = _epoch_key(epoch)
+        with self._lock:
+            if self._snapshot is not None and self._snapshot[0] == key:
+                return self._snapshot[1]
+            values = self._refresh_cache() if self.cache_enabled else self._read_all()
+            self._snapshot = (key, values)
+            return values
+
+    def _read_all(self) -> frozenset[str]:
+        from psycopg import sql
+
+        query = sql.SQL("SELECT {} FROM {} WHERE {} IS NOT NULL").format(
+            sql.Identifier(self.column), self._ident, sql.Identifier(self.column))
+
+        def read(conn: psycopg.Connection[Any]) -> frozenset[str]:
+            self.stats["reads"] += 1
+            with conn.cursor() as cur:
+                cur.execute(query)
+                return frozenset(str(row[0]) for row in cur)
+
+        return self._run("reading the values", read)
+
+    def _refresh_cache(self) -> frozenset[str]:
+        """Rows newer than the last time-column value seen, at most once per debounce window."""
+        from psycopg import sql
+
+        now = time.monotonic()
+        if self._cached is not None and (now - self._refreshed_at) * 1000 < self.debounce_ms:
+            return frozenset(self._cached)
+        base = sql.SQL("SELECT {}, {} FROM {} WHERE {} IS NOT NULL").format(
+            sql.Identifier(self.column), sql.Identifier(self.time_column), self._ident, sql.Identifier(self.column))
+        query = base if self._watermark is None else base + sql.SQL(" AND {} > %s").format(
+            sql.Identifier(self.time_column))
+        params = () if self._watermark is None else (self._watermark,)
+
+        def read(conn: psycopg.Connection[Any]) -> list[tuple[Any, Any]]:
+            self.stats["reads"] += 1
+            return conn.execute(query, params).fetchall()
+
+        rows = self._run("refreshing the cached values", read)
+        if self._cached is None:
+            self._cached = set()
+        self._cached.update(str(v) for v, _ in rows)
+        stamps = [t for _, t in rows if t is not None]
+        if stamps:
+            self._watermark = max([*stamps, *([self._watermark] if self._watermark is not None else [])])
+        self._refreshed_at = now
+        return frozenset(self._cached)
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # -- set-up, connection and errors -------------------------------------------------------------
+
+    def _prepare(self, conn: psycopg.Connection[Any]) -> None:
+        """Create schema, table and index when the table is missing; check an existing one."""
+        from psycopg import sql
+
+        found = dict(conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = %s", (self.schema, self.table)).fetchall())
+        if not found:
+            log.info("dynamic_table '%s': creating %s on %s", self.node, self.qualified, self.target)
+            with conn.transaction():
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+                conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({} TEXT PRIMARY KEY, {} TIMESTAMPTZ NOT NULL "
+                                     "DEFAULT clock_timestamp())").format(
+                    self._ident, sql.Identifier(self.column), sql.Identifier(self.time_column)))
+                conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
+                    sql.Identifier(index_name(self.table, self.time_column)), self._ident,
+                    sql.Identifier(self.time_column)))
+            self._has_time_column = True
+            return
+        if self.column not in found:
+            raise self._error(f"table {self.qualified} exists but has no column '{self.column}' "
+                              f"(columns: {', '.join(sorted(found))})",
+                              hint="set 'column' to the column holding the values, or use another table")
+        self._has_time_column = self.time_column in found
+        if self.cache_enabled:
+            if not self._has_time_column:
+                raise self._error(f"cache is on but table {self.qualified} has no time column '{self.time_column}'",
+                                  hint="set 'time_column' to a timestamp column of the table, or turn 'cache' off")
+            try:
+                conn.execute(sql.SQL("SELECT max({tc}) FROM {t} WHERE {tc} >= CURRENT_TIMESTAMP AND FALSE").format(
+                    tc=sql.Identifier(self.time_column), t=self._ident))
+            except Exception as exc:  # noqa: BLE001 - any failure means the column cannot order rows
+                raise self._error(f"cache is on but time column '{self.time_column}' of {self.qualified} "
+                                  f"({found[self.time_column]}) cannot be compared with timestamps: {_first_line(exc)}",
+                                  hint="use a timestamptz column as 'time_column', or turn 'cache' off") from exc
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        import psycopg
+
+        conn = psycopg.connect(self.connection.conninfo(), connect_timeout=10, autocommit=True,
+                               application_name=f"streamling:dt:{self.node}"[:63],
+                               options=f"-c statement_timeout={self.statement_timeout_ms} -c TimeZone=UTC")
+        try:
+            if not self._ready:
+                self._prepare(conn)
+                self._ready = True
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    def _run(self, what: str, action: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``action`` on a live connection; transient failures are retried with backoff."""
+        import psycopg
+
+        from streamling.sinks.postgres import PostgresSink
+
+        delay_ms = float(max(1, self.retry.initial_backoff_ms))
+        recreated = False
+        with self._lock:
+            for attempt in range(1, self.retry.max_attempts + 1):
+                try:
+                    return action(self._connect())
+                except psycopg.Error as exc:
+                    if getattr(exc, "sqlstate", None) == "42P01" and self._ready and not recreated:
+                        recreated = True  # the table was dropped while we ran: create it again, once
+                        self._ready = False
+                        self._drop()
+                        continue
+                    transient = PostgresSink._retriable(exc)
+                    self._drop()
+                    if not transient or attempt == self.retry.max_attempts:
+                        raise self._database_error(exc, what, transient, attempt) from exc
+                    sleep_ms = min(delay_ms, float(self.retry.max_backoff_ms)) * random.uniform(0.8, 1.0)
+                    log.warning("dynamic_table '%s': %s on %s failed (attempt %d/%d): %s; retrying in %.0f ms",
+                                self.node, what, self.target, attempt, self.retry.max_attempts, _first_line(exc),
+                                sleep_ms)
+                    time.sleep(sleep_ms / 1000)
+                    delay_ms *= 2
+        raise AssertionError("unreachable")
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - the connection is discarded anyway
+                pass
+
+    def _database_error(self, exc: BaseException, what: str, transient: bool, attempts: int) -> StreamlingError:
+        import psycopg
+
+        state = getattr(exc, "sqlstate", None)
+        if isinstance(exc, psycopg.OperationalError) and not state:
+            after = f" after {attempts} attempts" if attempts > 1 else ""
+            return self._error(f"cannot reach Postgres at {self.target}{after}: {_first_line(exc)}",
+                               retriable=transient, code="dynamic_table_unavailable",
+                               hint="check dynamic_table_backend.postgres.* (host, port, user, password, db, sslmode; "
+                                    "keys left unset use postgres_sink.*) and that Postgres is running")
+        hint = "fix the table or the data (this error is not retried)"
+        if state == "42P10":
+            hint = f"the ON CONFLICT insert needs a PRIMARY KEY or UNIQUE constraint on '{self.column}'"
+        return self._error(f"Postgres at {self.target} rejected {what} on {self.qualified}: "
+                           f"{'SQLSTATE ' + state + ': ' if state else ''}{_first_line(exc)}",
+                           code="dynamic_table_error", hint=hint)
+
+    def _error(self, message: str, **kwargs: Any) -> StreamlingError:
+        return StreamlingError(message, node=self.node, node_kind="dynamic_table transform", **kwargs)
+
+
+def open_backend(ctx: NodeContext) -> InMemoryDynamicTable | PostgresDynamicTable:
+    """The node's backend; nothing is contacted until the first epoch uses it."""
+    opts = ctx.spec.options
+    assert isinstance(opts, DynamicTableTransformOptions)
+    if opts.backend_type == "InMemory":
+        return InMemoryDynamicTable(opts.backend_entity_name)
+    settings = ctx.settings
+    pg = settings.dynamic_table_backend.postgres
+    return PostgresDynamicTable(
+        ctx.name, settings.dynamic_table_connection(), opts.schema_ or pg.dt_schema_name, opts.backend_entity_name,
+        opts.column, opts.time_column,
+        cache=pg.cache_enabled if opts.cache is None else opts.cache,
+        debounce_ms=pg.cache_refresh_debounce_ms if opts.cache_refresh_debounce_ms is None
+        else opts.cache_refresh_debounce_ms,
+        max_batch_size=settings.dynamic_table_backend.max_batch_size,
+        statement_timeout_secs=pg.statement_timeout_secs, retry=settings.retry)
+
+
+class DynamicTableTransform(Transform):
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        opts = self.options
+        assert isinstance(opts, DynamicTableTransformOptions)
+        self.opts = opts
+        self.backend = open_backend(ctx)
+        registry = ctx.extras.get("dynamic_tables")
+        if registry is not None:
+            registry[self.name] = self.backend
+        self.reads_batch_eagerly = opts.sql is not None
+        scope = str(ctx.extras.get("scope", "p"))
+        self.views = {u.lower(): view_name(scope, u) for u in ctx.spec.upstream}
+        self.sql = rewrite_sql(opts.sql, self.views, carry_gs_op=False) if opts.sql else None
+        self.pins_clock = self.sql is not None and uses_clock(self.sql)
+
+    def apply(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None) -> DataFrame:
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        column = self.opts.column
+        if self.sql is None:
+            return spark.createDataFrame([], T.StructType([T.StructField(column, T.StringType())]))
+        values = self._values(spark, inputs, epoch)
+        if epoch is not None and not self.ctx.dry_run:
+            t0 = time.perf_counter()
+            self.backend.add(_distinct_text(values.where(F.col(column).isNotNull()).toArrow().column(0).chunks))
+            log.debug("dynamic_table '%s': epoch %d filled in %.1f ms", self.name, epoch.epoch_id,
+                      (time.perf_counter() - t0) * 1000)
+        return values
+
+    def _values(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None) -> DataFrame:
+        """The epoch's values as one text column named ``column``."""
+        from pyspark.errors import AnalysisException, ParseException
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        assert self.sql is not None
+        for upstream, df in inputs.items():
+            df.createOrReplaceTempView(self.views[upstream.lower()])
+        sql = pin_clock(self.sql, epoch.started_at_iso) if self.pins_clock and epoch is not None else self.sql
+        try:
+            out = spark.sql(sql)
+        except (AnalysisException, ParseException) as exc:
+            raise self.ctx.error(f"SQL fails: {_spark_message(exc)}", hint="fix the query in 'sql'",
+                                 code="sql_invalid") from exc
+        if len(out.columns) != 1:
+            raise self.ctx.error(f"sql must select exactly one column (the value to store), found "
+                                 f"{len(out.columns)}: {', '.join(out.columns)}", code="sql_invalid",
+                                 hint="select the one value column, e.g. SELECT lower(address) FROM …")
+        field = out.schema.fields[0]
+        if isinstance(field.dataType, (T.ArrayType, T.MapType, T.StructType, T.BinaryType)):
+            raise self.ctx.error(f"sql selects '{field.name}' of type {field.dataType.simpleString()}; a dynamic "
+                                 "table stores text values", code="sql_invalid",
+                                 hint="select a string (numbers are stored as their text)")
+        return out.select(F.col(f"`{field.name}`").cast("string").alias(self.opts.column))
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def _distinct_text(chunks: Iterable[Any]) -> list[str]:
+    """Distinct non-null values of Arrow string chunks, in first-seen order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arrays = [c for c in chunks if len(c)]
+    if not arrays:
+        return []
+    unique = pc.unique(pa.chunked_array(arrays))
+    return [v for v in unique.to_pylist() if v is not None]
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
