@@ -174,7 +174,8 @@ class NotebookRun:
 
 
 class _Samples:
-    """Keeps the latest sampled batch of every node (an EventBus subscriber)."""
+    """Keeps the latest sampled batch of every node (an EventBus subscriber); an empty epoch of an
+    idle stream does not replace a batch that had rows, since there is nothing to debug in it."""
 
     def __init__(self) -> None:
         self.latest: dict[str, ev.RowsSampled] = {}
@@ -183,7 +184,8 @@ class _Samples:
     def __call__(self, event: ev.Event) -> None:
         if isinstance(event, ev.RowsSampled) and event.table is not None:
             with self._lock:
-                self.latest[event.node] = event
+                if event.rows or event.node not in self.latest:
+                    self.latest[event.node] = event
 
     def get(self, node: str) -> ev.RowsSampled | None:
         with self._lock:

@@ -1,0 +1,97 @@
+"""Notebook pipelines on the shared SparkSession: preview, background run, capture and debug."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamling.errors import StreamlingError
+from streamling.notebook.session import NotebookPipeline
+
+pytestmark = pytest.mark.spark
+
+
+def _notebook(spark: Any, tmp_path: Path, source: dict[str, Any]) -> NotebookPipeline:
+    nb = NotebookPipeline(application_id="nb_test", cwd=tmp_path, spark=spark)
+    nb.define("source", "orders", source)
+    nb.define("transform", "big", {"type": "sql", "from": ["orders"],
+                                   "sql": "SELECT id, customer, amount FROM orders WHERE amount > 900"})
+    nb.define("sink", "out", {"type": "blackhole", "from": ["big"]})
+    return nb
+
+
+def test_preview_runs_the_dag_up_to_the_node_on_a_bounded_sample(spark: Any, tmp_path: Path) -> None:
+    nb = _notebook(spark, tmp_path, {"type": "generate", "rows": 5000})
+    preview = nb.preview("big", rows=5)
+    source_rows = preview.inputs["orders"]
+    assert source_rows.num_rows == 1000  # preview_input_rows, so a selective filter has rows to show
+    assert source_rows.column("id").to_pylist()[:3] == [0, 1, 2]
+    out = preview.output
+    assert out is not None and out.column_names == ["id", "customer", "amount", "_gs_op"]
+    assert out.num_rows > 0 and all(a > 900 for a in out.column("amount").to_pylist())
+    # The preview is what the same SQL gives on the same input rows.
+    expected = [r["id"] for r in source_rows.to_pylist() if r["amount"] > 900]
+    assert out.column("id").to_pylist() == expected
+    assert "big" in nb.captures and nb.captures["big"].origin == "preview"
+    assert not (tmp_path / ".streamling").exists()  # previews leave no checkpoint behind
+
+
+def test_preview_of_an_unknown_node_names_it(spark: Any, tmp_path: Path) -> None:
+    nb = _notebook(spark, tmp_path, {"type": "generate", "rows": 10})
+    with pytest.raises(StreamlingError, match="there is no node 'nope'"):
+        nb.preview("nope")
+
+
+def test_debug_reruns_the_edited_transform_on_the_captured_batch_while_the_pipeline_runs(
+        spark: Any, tmp_path: Path) -> None:
+    nb = _notebook(spark, tmp_path, {"type": "generate", "rows_per_second": 4000, "rows_per_batch": 1000,
+                                     "primary_key": "id"})
+    run = nb.start(sample_rows=200)
+    try:
+        deadline = time.monotonic() + 120
+        while not (nb._samples.get("orders") and nb._samples.get("orders").rows) and time.monotonic() < deadline:
+            assert run.error is None, run.error
+            time.sleep(0.2)
+        capture = nb.capture("big")
+        assert capture.origin == "run" and capture.epoch is not None
+        captured = capture.inputs["orders"]
+        assert 0 < captured.num_rows <= 200
+
+        nb.define("transform", "big", {"type": "sql", "from": ["orders"],
+                                       "sql": "SELECT id, upper(customer) AS customer, amount, amount * 2 AS twice "
+                                              "FROM orders WHERE amount > 950"})
+        result = nb.debug("big")
+        assert run.active  # debugging did not restart or stop the pipeline
+        before, after = result.before, result.after
+        assert before is not None
+        rows = captured.to_pylist()
+        assert before.column("id").to_pylist() == [r["id"] for r in rows if r["amount"] > 900]
+        assert after.column("id").to_pylist() == [r["id"] for r in rows if r["amount"] > 950]
+        assert all(c == c.upper() for c in after.column("customer").to_pylist())
+        changes = result.changes()
+        assert changes["columns_added"] == ["twice"]
+        assert changes["rows_removed"] == before.num_rows - after.num_rows
+        assert changes["rows_changed"] == after.num_rows  # customer upper-cased on every kept key
+    finally:
+        nb.stop()
+    status = nb.status()
+    assert status["state"] == "finished"
+    flow = status["flows"]["orders"]
+    assert flow["last_epoch"] is not None and flow["rows_to_sinks"] > 0
+    assert nb.checkpoint_root().exists()
+    nb.reset()
+    assert not nb.checkpoint_root().exists()
+
+
+def test_bounded_run_ends_by_itself_and_stops_after_n_rows(spark: Any, tmp_path: Path) -> None:
+    nb = _notebook(spark, tmp_path, {"type": "generate", "rows": 3000, "rows_per_batch": 1000})
+    run = nb.start()
+    assert run.wait(180)
+    assert run.error is None
+    assert nb.status()["flows"]["orders"]["last_epoch"] == 2
+
+    with pytest.raises(StreamlingError, match="no pipeline is running"):
+        nb.stop()
