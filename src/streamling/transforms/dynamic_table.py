@@ -135,17 +135,17 @@ class PostgresDynamicTable:
             return
         from psycopg import sql
 
-        columns = [sql.Identifier(self.column)]
-        selected = [sql.SQL("v")]
-        if self._has_time_column:
-            columns.append(sql.Identifier(self.time_column))
-            selected.append(sql.SQL("clock_timestamp()"))
-        insert = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM unnest(%s::text[]) AS v ON CONFLICT ({}) DO NOTHING"
-                         ).format(self._ident, sql.SQL(", ").join(columns), sql.SQL(", ").join(selected),
-                                  sql.Identifier(self.column))
         chunks = [values[i:i + self.max_batch_size] for i in range(0, len(values), self.max_batch_size)]
 
         def write(conn: psycopg.Connection[Any]) -> None:
+            columns = [sql.Identifier(self.column)]
+            selected = [sql.SQL("v")]
+            if self._has_time_column:  # known once connected: a user's table may have none
+                columns.append(sql.Identifier(self.time_column))
+                selected.append(sql.SQL("clock_timestamp()"))
+            insert = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM unnest(%s::text[]) AS v ON CONFLICT ({}) DO NOTHING"
+                             ).format(self._ident, sql.SQL(", ").join(columns), sql.SQL(", ").join(selected),
+                                      sql.Identifier(self.column))
             with conn.transaction():
                 if self.cache_enabled:  # commit order = time order, for the incremental refresh
                     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (self.qualified,))
