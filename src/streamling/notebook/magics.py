@@ -207,10 +207,10 @@ class StreamlingMagics(Magics):
         if command == "status":
             return self._status()
         if command == "export":
-            path = nb.export(self._name(args, "PATH"))
+            path = nb.relative(nb.export(self._name(args, "PATH")))
             return render.Rendered(f"wrote {path} — run it with: streamling {path}")
         if command == "reset":
-            root = nb.reset()
+            root = nb.relative(nb.reset())
             return render.Rendered(f"checkpoints cleared: {root}")
         if command == "remove":
             nb.remove(self._name(args))

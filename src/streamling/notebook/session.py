@@ -293,6 +293,13 @@ class NotebookPipeline:
             analyze_plan(plan, self.spark())
         return plan
 
+    def relative(self, path: Path) -> str:
+        """``path`` as the user would type it from the notebook's folder."""
+        try:
+            return str(path.resolve().relative_to(self.cwd.resolve()))
+        except ValueError:
+            return str(path)
+
     def checkpoint_root(self) -> Path:
         settings = self.settings()
         state = Path(settings.state_dir)
@@ -397,8 +404,8 @@ class NotebookPipeline:
         epoch: int | None = None
         for upstream in spec.upstream:
             sample = self._samples.get(upstream)
-            if sample is None:
-                raise StreamlingError(f"no batch of '{upstream}' has been seen yet", node=node,
+            if sample is None or not sample.rows:
+                raise StreamlingError(f"no batch of '{upstream}' with rows has been seen yet", node=node,
                                       hint="wait for an epoch of `%streamling run`, or use "
                                            f"`%streamling preview {node}`")
             inputs[upstream] = sample.table

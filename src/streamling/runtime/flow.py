@@ -220,10 +220,12 @@ class FlowRunner:
                       started_at=time.time())
         self.bus.publish(ev.EpochPlanned(self.flow.name, epoch=batch_id))
         spark = batch.sparkSession
-        # Cache the batch when it is read more than once: several sinks, or a dynamic table collecting
-        # its values before the rest of the DAG runs.
-        fan_out = len(self.sinks) > 1 or any(getattr(self.plan.nodes[t.name], "reads_batch_eagerly", False)
-                                             for t in self.flow.transforms)
+        # Cache the batch when it is read more than once: several sinks, a dynamic table collecting
+        # its values before the rest of the DAG runs, or the notebook sampling every node. The source
+        # is then scanned once, and Spark's numInputRows stays the epoch's real input.
+        fan_out = (len(self.sinks) > 1 or self.bus.sample_rows > 0
+                   or any(getattr(self.plan.nodes[t.name], "reads_batch_eagerly", False)
+                          for t in self.flow.transforms))
         if fan_out:
             batch = batch.persist()
         self._raw = self._split(batch)
