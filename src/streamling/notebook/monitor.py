@@ -1,0 +1,473 @@
+"""The live pipeline monitor: an anywidget fed by the runtime's events.
+
+``Monitor.handle`` is an ``EventBus`` subscriber. Events arrive on Spark's listener thread and on
+the ``foreachBatch`` thread, so every event is folded into plain Python state under one lock, and
+the synced traits are pushed from that state at most a few times a second (the last state is
+always pushed: a trailing timer catches whatever the throttle held back). Trait sets from
+background threads are the documented ipywidgets pattern; nothing here prints.
+
+The front end (``widgets/monitor.js`` + ``monitor.css``) draws the DAG, the epoch timeline, the
+sampled rows of one node and the input/processing rate chart. Headless renderers (nbval,
+nbconvert, jobs) cannot run it, so ``_repr_mimebundle_`` also carries a text and an HTML summary.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import html
+import json
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+from streamling.runtime import events as ev
+
+log = logging.getLogger(__name__)
+
+MAX_EPOCHS = 50
+MAX_RATES = 120
+MAX_SAMPLE_ROWS = 20
+PUSH_INTERVAL_SECS = 0.25  # at most ~4 trait pushes per second
+RATE_WINDOW_SECS = 30.0
+_MAX_TEXT = 200
+_STATE_RANK = {"planned": 0, "flushed": 1, "finalized": 2}
+
+
+def _asset(name: str) -> Path:
+    """A front-end file: packaged as ``streamling.widgets`` in a wheel, or the repository's
+    top-level ``widgets/`` folder in an editable install (which does not map that package)."""
+    try:
+        packaged = resources.files("streamling.widgets").joinpath(name)
+        if packaged.is_file():
+            return Path(str(packaged))
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parents[3] / "widgets" / name
+
+
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """``value`` as JSON a browser reads back exactly: datetimes, decimals and bytes become text,
+    non-finite floats and integers beyond 2**53 too (JavaScript numbers would round them)."""
+    if value is None or isinstance(value, bool | str):
+        return value if not isinstance(value, str) or len(value) <= _MAX_TEXT else value[:_MAX_TEXT] + "…"
+    if isinstance(value, int):
+        return value if abs(value) <= 2**53 else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        raw = bytes(value)
+        text = "0x" + raw[:32].hex()
+        return text + "…" if len(raw) > 32 else text
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
+    if isinstance(value, decimal.Decimal | dt.timedelta):
+        return str(value)
+    if depth < 6 and isinstance(value, dict):
+        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+    if depth < 6 and isinstance(value, list | tuple | set | frozenset):
+        return [json_safe(v, depth + 1) for v in value]
+    return str(value)[:_MAX_TEXT]
+
+
+def plan_graph(description: dict[str, Any]) -> dict[str, Any]:
+    """Nodes (with their layer in the DAG) and edges from ``Plan.describe()``."""
+    nodes: dict[str, dict[str, Any]] = description.get("nodes") or {}
+    flow_of = {name: flow["name"] for flow in description.get("flows") or []
+               for key in ("sources", "transforms", "sinks") for name in flow.get(key) or []}
+    depth: dict[str, int] = {}
+
+    def layer(name: str, seen: frozenset[str] = frozenset()) -> int:
+        if name not in depth:
+            ups = [u for u in nodes.get(name, {}).get("upstream") or [] if u in nodes and u not in seen]
+            depth[name] = 1 + max((layer(u, seen | {name}) for u in ups), default=-1)
+        return depth[name]
+
+    return {
+        "nodes": [{"name": name, "kind": info.get("kind", ""), "type": info.get("type", ""),
+                   "flow": flow_of.get(name, ""), "depth": layer(name),
+                   "primary_key": list(info.get("primary_key") or []),
+                   "schema": list(info["schema"]) if info.get("schema") is not None else None}
+                  for name, info in nodes.items()],
+        "edges": [[up, name] for name, info in nodes.items() for up in info.get("upstream") or [] if up in nodes],
+    }
+
+
+def _fmt_int(n: float | None) -> str:
+    return "—" if n is None else f"{n:,.0f}"
+
+
+def _fmt_rate(r: float | None) -> str:
+    if r is None:
+        return "—"
+    return f"{r:,.0f}/s" if r >= 10 else f"{r:,.1f}/s"
+
+
+def _fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "—"
+    return f"{ms:,.0f} ms" if ms < 10_000 else f"{ms / 1000:,.1f} s"
+
+
+def _fmt_offsets(offsets: dict[str, Any] | None) -> str:
+    return "  ".join(f"{k}={json.dumps(v, separators=(',', ':'), sort_keys=True)}"
+                     for k, v in (offsets or {}).items())
+
+
+class _NodeRows:
+    """Rows a node produced per epoch; the rate is rows over a sliding window of epoch times."""
+
+    def __init__(self) -> None:
+        self.per_epoch: OrderedDict[tuple[str, int], tuple[float, int, int]] = OrderedDict()  # at, rows, priority
+        self.total = 0
+
+    def record(self, key: tuple[str, int], at: float, rows: int, priority: int) -> None:
+        old = self.per_epoch.get(key)
+        if old is not None and old[2] > priority:
+            return
+        self.total += rows - (old[1] if old else 0)
+        self.per_epoch[key] = (at, rows, priority)
+        while len(self.per_epoch) > MAX_EPOCHS:
+            self.per_epoch.popitem(last=False)
+
+    def rate(self, started_at: float | None) -> float | None:
+        points = sorted((at, rows) for at, rows, _ in self.per_epoch.values())
+        if not points:
+            return None
+        last = points[-1][0]
+        before = [p for p in points if p[0] <= last - RATE_WINDOW_SECS]
+        if before:
+            ref, counted = before[-1][0], [p for p in points if p[0] > before[-1][0]]
+        elif started_at is not None and started_at < points[0][0]:
+            ref, counted = started_at, points
+        elif len(points) > 1:
+            ref, counted = points[0][0], points[1:]
+        else:
+            return None
+        span = last - ref
+        return sum(r for _, r in counted) / span if span > 0 else None
+
+
+class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
+    """Live view of a running pipeline: DAG, epoch timeline, sampled rows, rates."""
+
+    _esm = _asset("monitor.js")
+    _css = _asset("monitor.css")
+
+    title = traitlets.Unicode("").tag(sync=True)
+    status = traitlets.Unicode("starting").tag(sync=True)
+    #: {nodes: [{name, kind, type, flow, depth, primary_key, schema}], edges: [[from, to]]}
+    graph = traitlets.Dict().tag(sync=True)
+    #: {node: {rows, last_rows, last_epoch, rows_per_sec}}
+    node_stats = traitlets.Dict().tag(sync=True)
+    #: oldest first: [{flow, epoch, state, planned_at, flushed_at, finalized_at, durations_ms,
+    #: spark_ms, rows, input_rows, offsets, input_rate, processing_rate}]
+    epochs: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
+    #: {node: {flow, epoch, at, columns, types, rows, count}}
+    samples = traitlets.Dict().tag(sync=True)
+    #: the node whose sampled rows are shown; the front end's selector writes it
+    selected_node = traitlets.Unicode("").tag(sync=True)
+    #: [{t, flow, input, processing}] from Spark's progress of each finalized epoch
+    rates: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
+    #: the last error: {flow, node, message, retriable, attempt, at, resolved} or None; ``resolved``
+    #: once a retried flow flushed an epoch again
+    error = traitlets.Any(None, allow_none=True).tag(sync=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lock = threading.RLock()
+        self._status = self.status
+        self._epochs: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
+        self._rows: dict[str, _NodeRows] = {}
+        self._samples: dict[str, dict[str, Any]] = {}
+        self._rates: list[dict[str, Any]] = []
+        self._error: dict[str, Any] | None = None
+        self._flows: dict[str, dict[str, Any]] = {}
+        self._last_push = 0.0
+        self._timer: threading.Timer | None = None
+        self._dirty = False
+
+    # --- construction -----------------------------------------------------------------------------
+
+    @classmethod
+    def for_plan(cls, description: dict[str, Any], title: str) -> Monitor:
+        """A monitor showing the DAG of ``Plan.describe()``; feed it with ``bus.subscribe(m.handle)``."""
+        graph = plan_graph(description)
+        kinds = {n["name"]: n["kind"] for n in graph["nodes"]}
+        sampled = [n for n, k in kinds.items() if k != "sink"]
+        # The most interesting in-flight batch by default: the last transform (the sinks' input).
+        transforms = [n for n in sampled if kinds[n] == "transform"]
+        monitor = cls(title=title, graph=graph, selected_node=(transforms or sampled or [""])[-1])
+        for flow in description.get("flows") or []:
+            monitor._flows[flow["name"]] = {"sources": list(flow.get("sources") or []),
+                                            "sinks": list(flow.get("sinks") or []),
+                                            "started_at": None, "stopped": None}
+        return monitor
+
+    # --- events -----------------------------------------------------------------------------------
+
+    def handle(self, event: ev.Event) -> None:
+        """Fold one runtime event into the monitor (any thread); push traits, throttled."""
+        with self._lock:
+            final = self._apply(event)
+            self._dirty = True
+        self._schedule(immediate=final)
+
+    def set_status(self, text: str) -> None:
+        """Set the status line (e.g. "running", "finished", "failed") and show it at once."""
+        with self._lock:
+            self._status = text
+            self._dirty = True
+        self._schedule(immediate=True)
+
+    def flush(self) -> None:
+        """Push the current state now (e.g. after the run ended)."""
+        self._schedule(immediate=True)
+
+    def _flow(self, name: str) -> dict[str, Any]:
+        return self._flows.setdefault(name, {"sources": [], "sinks": [], "started_at": None, "stopped": None})
+
+    def _node_rows(self, node: str) -> _NodeRows:
+        return self._rows.setdefault(node, _NodeRows())
+
+    def _epoch(self, flow: str, epoch: int) -> dict[str, Any]:
+        key = (flow, epoch)
+        record = self._epochs.get(key)
+        if record is None:
+            record = {"flow": flow, "epoch": epoch, "state": "planned", "planned_at": None, "flushed_at": None,
+                      "finalized_at": None, "durations_ms": {}, "spark_ms": {}, "rows": {}, "input_rows": None,
+                      "offsets": {}, "input_rate": None, "processing_rate": None}
+            self._epochs[key] = record
+            while len(self._epochs) > MAX_EPOCHS:
+                self._epochs.popitem(last=False)
+        return record
+
+    @staticmethod
+    def _advance(record: dict[str, Any], state: str) -> None:
+        if _STATE_RANK[state] > _STATE_RANK[record["state"]]:
+            record["state"] = state
+
+    def _apply(self, event: ev.Event) -> bool:
+        """Update the state; True when the change should be shown at once (run ended, failure)."""
+        if isinstance(event, ev.FlowStarted):
+            flow = self._flow(event.flow)
+            flow.update(sources=list(event.sources), sinks=list(event.sinks), started_at=event.at, stopped=None)
+            self._status = "running"
+        elif isinstance(event, ev.EpochPlanned):
+            # A (re)run of the epoch starts over: after a restart Spark replays it with the same id.
+            self._epochs.pop((event.flow, event.epoch), None)
+            record = self._epoch(event.flow, event.epoch)
+            record["planned_at"] = event.at
+        elif isinstance(event, ev.EpochFlushed):
+            record = self._epoch(event.flow, event.epoch)
+            self._advance(record, "flushed")
+            record.update(flushed_at=event.at, rows=dict(event.rows),
+                          durations_ms={k: round(float(v), 1) for k, v in event.durations_ms.items()})
+            for sink, rows in event.rows.items():
+                self._node_rows(sink).record((event.flow, event.epoch), event.at, int(rows), 1)
+            if self._error and self._error["retriable"] and self._error["flow"] == event.flow:
+                self._error["resolved"] = True  # the retry succeeded: the epoch got through
+        elif isinstance(event, ev.EpochFinalized):
+            self._finalized(event)
+        elif isinstance(event, ev.RowsSampled):
+            self._sampled(event)
+        elif isinstance(event, ev.FlowStopped):
+            flow = self._flow(event.flow)
+            flow["stopped"] = event.reason
+            if event.error:
+                self._error = {"flow": event.flow, "node": None, "message": event.error, "retriable": False,
+                               "attempt": 0, "at": event.at, "resolved": False}
+            if all(f["stopped"] is not None for f in self._flows.values()):
+                self._status = ("failed: " + event.error) if event.error else f"stopped ({event.reason})"
+            return True
+        elif isinstance(event, ev.PipelineError):
+            self._error = {"flow": event.flow, "node": event.node, "message": event.message,
+                           "retriable": event.retriable, "attempt": event.attempt, "at": event.at,
+                           "resolved": False}
+            if not event.retriable:
+                self._status = "failed"
+                return True
+        return False
+
+    def _finalized(self, event: ev.EpochFinalized) -> None:
+        record = self._epochs.get((event.flow, event.epoch))
+        if record is not None and record["state"] == "planned":
+            # Spark commits an epoch only after foreachBatch returned; a report for an epoch still
+            # in flight is a no-data progress report, not its commit.
+            return
+        record = self._epoch(event.flow, event.epoch)
+        self._advance(record, "finalized")
+        record.update(finalized_at=event.at, input_rows=int(event.input_rows),
+                      offsets=json_safe(dict(event.offsets)),
+                      spark_ms={k: round(float(v), 1) for k, v in event.durations_ms.items()},
+                      input_rate=round(float(event.input_rows_per_second), 1),
+                      processing_rate=round(float(event.processed_rows_per_second), 1))
+        sources = self._flow(event.flow)["sources"]
+        if len(sources) == 1:  # a multi-source flow's input is split by the sampled counts only
+            self._node_rows(sources[0]).record((event.flow, event.epoch), event.at, int(event.input_rows), 1)
+        self._rates.append({"t": event.at, "flow": event.flow, "input": round(event.input_rows_per_second, 1),
+                            "processing": round(event.processed_rows_per_second, 1)})
+        del self._rates[:-MAX_RATES]
+
+    def _sampled(self, event: ev.RowsSampled) -> None:
+        types: list[str] | None = None
+        table = event.table
+        if table is not None and getattr(table, "schema", None) is not None:
+            types = [str(f.type) for f in table.schema]
+        self._samples[event.node] = {
+            "flow": event.flow, "epoch": event.epoch, "at": event.at, "columns": list(event.columns),
+            "types": types, "rows": json_safe(list(event.rows[:MAX_SAMPLE_ROWS])), "count": event.count}
+        if event.count is not None:
+            self._node_rows(event.node).record((event.flow, event.epoch), event.at, int(event.count), 2)
+
+    # --- pushing traits ---------------------------------------------------------------------------
+
+    def _schedule(self, immediate: bool) -> None:
+        with self._lock:
+            if not self._dirty:
+                return
+            wait = self._last_push + PUSH_INTERVAL_SECS - time.monotonic()
+            if immediate or wait <= 0:
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                self._push()
+            elif self._timer is None:
+                self._timer = threading.Timer(wait, self._on_timer)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._dirty:
+                self._push()
+
+    def _stats(self) -> dict[str, dict[str, Any]]:
+        started = [f["started_at"] for f in self._flows.values() if f["started_at"] is not None]
+        since = min(started) if started else None
+        out = {}
+        for node, rows in self._rows.items():
+            last = next(reversed(rows.per_epoch.items()), None)
+            rate = rows.rate(since)
+            out[node] = {"rows": rows.total, "last_rows": last[1][1] if last else None,
+                         "last_epoch": last[0][1] if last else None,
+                         "rows_per_sec": round(rate, 1) if rate is not None else None}
+        return out
+
+    def _push(self) -> None:
+        """Send the state to the front end (caller holds the lock)."""
+        self._dirty = False
+        self._last_push = time.monotonic()
+        try:
+            with self.hold_sync():
+                self.status = self._status
+                self.node_stats = self._stats()
+                self.epochs = [dict(r) for r in self._epochs.values()]
+                self.samples = {k: dict(v) for k, v in self._samples.items()}
+                self.rates = list(self._rates)
+                self.error = dict(self._error) if self._error else None
+        except Exception:  # noqa: BLE001 - a closed comm must not break the event bus
+            log.debug("monitor update failed", exc_info=True)
+
+    # --- headless summaries -----------------------------------------------------------------------
+
+    def _summary(self) -> dict[str, Any]:
+        with self._lock:
+            return {"status": self._status, "stats": self._stats(), "epochs": [dict(r) for r in self._epochs.values()],
+                    "error": dict(self._error) if self._error else None,
+                    "flows": len(self._flows) > 1}
+
+    def summary_text(self, last_epochs: int = 5) -> str:
+        """A plain-text picture of the run, for renderers that cannot run the widget."""
+        s = self._summary()
+        lines = [f"streamling monitor: {self.title}" if self.title else "streamling monitor",
+                 f"status: {s['status']}"]
+        nodes = self.graph.get("nodes") or []
+        if nodes:
+            lines.append("nodes:")
+            width = max(len(n["name"]) for n in nodes)
+            kinds = max(len(f"{n['kind']}/{n['type']}") for n in nodes)
+            for n in nodes:
+                st = s["stats"].get(n["name"], {})
+                lines.append(f"  {n['name']:<{width}}  {n['kind'] + '/' + n['type']:<{kinds}}  "
+                             f"{_fmt_int(st.get('rows')):>12} rows  {_fmt_rate(st.get('rows_per_sec')):>10}")
+        epochs = s["epochs"][-last_epochs:]
+        if epochs:
+            lines.append(f"epochs (last {len(epochs)} of {len(s['epochs'])}):")
+            for r in reversed(epochs):
+                flow = f" {r['flow']}" if s["flows"] else ""
+                sinks = " ".join(f"{k}={v:,}" for k, v in r["rows"].items())
+                parts = [f"  #{r['epoch']}{flow} {r['state']:<9}",
+                         f"input {_fmt_int(r['input_rows'])}",
+                         f"sinks {sinks or '—'}",
+                         f"transforms {_fmt_ms(r['durations_ms'].get('transforms'))}",
+                         f"total {_fmt_ms(r['durations_ms'].get('total'))}"]
+                if r["spark_ms"].get("triggerExecution") is not None:
+                    parts.append(f"spark {_fmt_ms(r['spark_ms']['triggerExecution'])}")
+                if r["offsets"]:
+                    parts.append(f"offsets {_fmt_offsets(r['offsets'])}")
+                lines.append("  ".join(parts))
+        else:
+            lines.append("epochs: none yet")
+        if s["error"]:
+            e = s["error"]
+            where = " ".join(x for x in (e.get("flow"), e.get("node") and f"node {e['node']}") if x)
+            retry = ""
+            if e.get("retriable"):
+                retry = f" ({'recovered' if e.get('resolved') else 'retrying'}, attempt {e['attempt']})"
+            lines.append(f"error{' in ' + where if where else ''}{retry}: {e['message']}")
+        return "\n".join(lines)
+
+    def summary_html(self, last_epochs: int = 5) -> str:
+        """The same summary as a small HTML table (nbconvert, job output pages)."""
+        s = self._summary()
+        esc = html.escape
+        title = f"streamling monitor: {self.title}" if self.title else "streamling monitor"
+        out = [f'<div class="sl-summary"><p><strong>{esc(title)}</strong> &middot; status: '
+               f'<code>{esc(s["status"])}</code></p>']
+        nodes = self.graph.get("nodes") or []
+        if nodes:
+            out.append("<table><thead><tr><th>node</th><th>kind</th><th>type</th><th>rows</th><th>rows/s</th>"
+                       "</tr></thead><tbody>")
+            for n in nodes:
+                st = s["stats"].get(n["name"], {})
+                out.append(f"<tr><td>{esc(n['name'])}</td><td>{esc(n['kind'])}</td><td>{esc(n['type'])}</td>"
+                           f"<td>{_fmt_int(st.get('rows'))}</td><td>{_fmt_rate(st.get('rows_per_sec'))}</td></tr>")
+            out.append("</tbody></table>")
+        epochs = s["epochs"][-last_epochs:]
+        if epochs:
+            out.append("<table><thead><tr><th>epoch</th><th>flow</th><th>state</th><th>input rows</th>"
+                       "<th>sink rows</th><th>transforms</th><th>total</th><th>offsets</th></tr></thead><tbody>")
+            for r in reversed(epochs):
+                sinks = ", ".join(f"{k}={v:,}" for k, v in r["rows"].items())
+                out.append(f"<tr><td>{r['epoch']}</td><td>{esc(r['flow'])}</td><td>{esc(r['state'])}</td>"
+                           f"<td>{_fmt_int(r['input_rows'])}</td><td>{esc(sinks) or '—'}</td>"
+                           f"<td>{_fmt_ms(r['durations_ms'].get('transforms'))}</td>"
+                           f"<td>{_fmt_ms(r['durations_ms'].get('total'))}</td>"
+                           f"<td><code>{esc(_fmt_offsets(r['offsets']))}</code></td></tr>")
+            out.append("</tbody></table>")
+        if s["error"]:
+            e = s["error"]
+            where = " ".join(x for x in (e.get("flow"), e.get("node") and f"node {e['node']}") if x)
+            out.append(f'<p class="sl-summary-error"><strong>error</strong>{" in " + esc(where) if where else ""}: '
+                       f"{esc(e['message'])}</p>")
+        out.append("</div>")
+        return "".join(out)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The live widget for Jupyter front ends, plus a summary for renderers without one."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data, metadata = bundle if bundle is not None else ({}, {})
+        data = dict(data)
+        data["text/plain"] = self.summary_text()
+        data["text/html"] = self.summary_html()
+        return data, metadata

@@ -1,0 +1,471 @@
+// streamling pipeline monitor: the front end of streamling.notebook.monitor.Monitor (anywidget ESM).
+// No build step and no imports: everything is drawn with plain DOM and inline SVG, and text is
+// always set through textContent, never parsed as HTML.
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const STATES = ["planned", "flushed", "finalized"];
+const NODE_W = 156;
+const NODE_H = 56;
+const GAP_X = 40;
+const GAP_Y = 18;
+const PAD = 10;
+
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k === "text") el.textContent = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined) el.append(c);
+  return el;
+}
+
+function s(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null) continue;
+    if (k === "text") el.textContent = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, String(v));
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined) el.append(c);
+  return el;
+}
+
+const fmtInt = (n) => (n === null || n === undefined ? "—" : Math.round(n).toLocaleString("en-US"));
+function fmtCompact(n) {
+  if (n === null || n === undefined) return "—";
+  const a = Math.abs(n);
+  if (a >= 1e9) return (n / 1e9).toFixed(a >= 1e10 ? 0 : 1) + "G";
+  if (a >= 1e6) return (n / 1e6).toFixed(a >= 1e7 ? 0 : 1) + "M";
+  if (a >= 1e3) return (n / 1e3).toFixed(a >= 1e4 ? 0 : 1) + "k";
+  return a >= 10 || n === 0 ? Math.round(n).toString() : n.toFixed(1);
+}
+const fmtRate = (r) => (r === null || r === undefined ? "— rows/s" : fmtCompact(r) + " rows/s");
+function fmtMs(ms) {
+  if (ms === null || ms === undefined) return "—";
+  return ms < 10000 ? Math.round(ms).toLocaleString("en-US") + " ms" : (ms / 1000).toFixed(1) + " s";
+}
+function fmtClock(t) {
+  if (!t) return "";
+  const d = new Date(t * 1000);
+  return [d.getHours(), d.getMinutes(), d.getSeconds()].map((x) => String(x).padStart(2, "0")).join(":");
+}
+function fmtValue(v) {
+  if (v === null || v === undefined) return null;
+  if (typeof v === "object") return JSON.stringify(v);
+  return String(v);
+}
+function fmtOffset(v) {
+  return typeof v === "string" ? v : JSON.stringify(v);
+}
+function truncate(text, n) {
+  return text.length > n ? text.slice(0, n - 1) + "…" : text;
+}
+
+// --- DAG ------------------------------------------------------------------------------------------
+
+function layout(graph) {
+  const nodes = graph.nodes || [];
+  const layers = [];
+  for (const n of nodes) {
+    const d = Math.max(0, n.depth || 0);
+    (layers[d] = layers[d] || []).push(n);
+  }
+  const tallest = Math.max(1, ...layers.map((l) => (l ? l.length : 0)));
+  const height = tallest * NODE_H + (tallest - 1) * GAP_Y + 2 * PAD;
+  const pos = {};
+  layers.forEach((layer, d) => {
+    if (!layer) return;
+    const used = layer.length * NODE_H + (layer.length - 1) * GAP_Y;
+    const top = (height - used) / 2;
+    layer.forEach((n, i) => {
+      pos[n.name] = { x: PAD + d * (NODE_W + GAP_X), y: top + i * (NODE_H + GAP_Y) };
+    });
+  });
+  const width = 2 * PAD + layers.length * NODE_W + Math.max(0, layers.length - 1) * GAP_X;
+  return { pos, width: Math.max(width, NODE_W + 2 * PAD), height };
+}
+
+function nodeTooltip(n) {
+  const lines = [`${n.name} (${n.kind} · ${n.type})`];
+  if (n.flow) lines.push(`flow: ${n.flow}`);
+  if (n.primary_key && n.primary_key.length) lines.push(`primary key: ${n.primary_key.join(", ")}`);
+  if (n.schema) lines.push("", ...n.schema);
+  return lines.join("\n");
+}
+
+// --- the view -------------------------------------------------------------------------------------
+
+function render({ model, el }) {
+  const uid = Math.random().toString(36).slice(2, 9);
+  const title = h("span", { class: "sl-title" });
+  const status = h("span", { class: "sl-status", "data-testid": "sl-status" });
+  const headline = h("span", { class: "sl-headline" });
+  const errorBox = h("div", { class: "sl-error", "data-testid": "sl-error", role: "alert" });
+  const dag = h("div", { class: "sl-dag" });
+  const rates = h("div", { class: "sl-rates", "data-testid": "sl-rate-chart" });
+  const rateLegend = h("div", { class: "sl-legend" });
+  const timeline = h("div", { class: "sl-timeline" });
+  const select = h("select", { class: "sl-select", "data-testid": "sl-node-select", "aria-label": "node" });
+  const sampleMeta = h("span", { class: "sl-muted" });
+  const sample = h("div", { class: "sl-sample" });
+  const root = h(
+    "div",
+    { class: "sl-monitor", "data-testid": "sl-monitor" },
+    h("header", { class: "sl-head" }, title, status, headline),
+    errorBox,
+    h(
+      "div",
+      { class: "sl-grid" },
+      h("section", { class: "sl-panel sl-panel-dag" }, h("h4", { text: "Pipeline" }), dag),
+      h(
+        "section",
+        { class: "sl-panel sl-panel-rates" },
+        h("div", { class: "sl-panel-head" }, h("h4", { text: "Input vs processing rate" }), rateLegend),
+        rates,
+      ),
+      h(
+        "section",
+        { class: "sl-panel sl-panel-epochs" },
+        h("h4", { text: "Epochs (planned → flushed → finalized)" }),
+        timeline,
+      ),
+      h(
+        "section",
+        { class: "sl-panel sl-panel-sample" },
+        h("div", { class: "sl-panel-head" }, h("h4", { text: "In-flight batch" }), select, sampleMeta),
+        sample,
+      ),
+    ),
+  );
+  el.replaceChildren(root);
+
+  // Node boxes keep references to their text, so stats updates do not rebuild the SVG.
+  let boxes = {};
+
+  function renderHead() {
+    title.textContent = model.get("title") || "streamling";
+    const st = model.get("status") || "";
+    status.textContent = st;
+    status.dataset.state = st.startsWith("fail")
+      ? "failed"
+      : st.startsWith("running")
+        ? "running"
+        : st.startsWith("starting")
+          ? "starting"
+          : "done";
+    const epochs = model.get("epochs") || [];
+    const done = epochs.filter((e) => e.state === "finalized");
+    const last = done[done.length - 1];
+    headline.textContent = last
+      ? `${done.length} finalized epoch${done.length === 1 ? "" : "s"} shown · last #${last.epoch} at ${fmtClock(last.finalized_at)}`
+      : "no finalized epoch yet";
+    const err = model.get("error");
+    errorBox.hidden = !err;
+    errorBox.replaceChildren();
+    if (err) {
+      errorBox.classList.toggle("sl-error-retry", !!err.retriable && !err.resolved);
+      errorBox.classList.toggle("sl-error-resolved", !!err.resolved);
+      const where = [err.flow && `flow ${err.flow}`, err.node && `node ${err.node}`].filter(Boolean).join(", ");
+      const head = err.resolved
+        ? `Recovered after retry (attempt ${err.attempt})`
+        : err.retriable
+          ? `Retrying (attempt ${err.attempt})`
+          : "Error";
+      errorBox.append(
+        h("strong", { text: head }),
+        where ? h("span", { class: "sl-muted", text: ` ${where} · ${fmtClock(err.at)}` }) : null,
+        h("div", { class: "sl-error-msg", text: err.message }),
+      );
+    }
+  }
+
+  function renderDag() {
+    const graph = model.get("graph") || { nodes: [], edges: [] };
+    const { pos, width, height } = layout(graph);
+    const marker = `sl-arrow-${uid}`;
+    const svg = s("svg", {
+      class: "sl-dag-svg",
+      viewBox: `0 0 ${width} ${height}`,
+      // Scale down to the panel (never up): a wide DAG stays whole instead of scrolling.
+      style: `width:100%;max-width:${width}px;height:auto`,
+      role: "img",
+      "aria-label": "pipeline graph",
+    });
+    svg.append(
+      s(
+        "defs",
+        {},
+        s(
+          "marker",
+          { id: marker, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },
+          s("path", { d: "M0,0 L10,5 L0,10 z", class: "sl-arrow" }),
+        ),
+      ),
+    );
+    for (const [from, to] of graph.edges || []) {
+      const a = pos[from];
+      const b = pos[to];
+      if (!a || !b) continue;
+      const x1 = a.x + NODE_W;
+      const y1 = a.y + NODE_H / 2;
+      const x2 = b.x - 2;
+      const y2 = b.y + NODE_H / 2;
+      const mx = (x1 + x2) / 2;
+      svg.append(
+        s("path", { class: "sl-edge", d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}`, "marker-end": `url(#${marker})` }),
+      );
+    }
+    boxes = {};
+    const selected = model.get("selected_node");
+    for (const n of graph.nodes || []) {
+      const p = pos[n.name];
+      const rows = s("text", { x: 12, y: 47, class: "sl-node-rows" });
+      const rate = s("text", { x: NODE_W - 8, y: 47, class: "sl-node-rate", "text-anchor": "end" });
+      const g = s(
+        "g",
+        {
+          class: `sl-node sl-kind-${n.kind}${n.name === selected ? " sl-selected" : ""}${n.kind !== "sink" ? " sl-clickable" : ""}`,
+          transform: `translate(${p.x},${p.y})`,
+          "data-testid": "sl-node",
+          "data-node": n.name,
+          "data-kind": n.kind,
+          onclick: () => {
+            if (n.kind === "sink") return;
+            model.set("selected_node", n.name);
+            model.save_changes();
+          },
+        },
+        s("title", { text: nodeTooltip(n) }),
+        s("rect", { class: "sl-node-box", width: NODE_W, height: NODE_H, rx: 6 }),
+        s("rect", { class: "sl-node-bar", width: 4, height: NODE_H - 12, x: 0, y: 6, rx: 2 }),
+        s("text", { x: 12, y: 18, class: "sl-node-name", text: truncate(n.name, 19) }),
+        s("text", { x: 12, y: 32, class: "sl-node-type", text: truncate(`${n.kind} · ${n.type}`, 25) }),
+        rows,
+        rate,
+      );
+      boxes[n.name] = { g, rows, rate };
+      svg.append(g);
+    }
+    dag.replaceChildren(svg);
+    renderStats();
+  }
+
+  function renderStats() {
+    const stats = model.get("node_stats") || {};
+    for (const [name, box] of Object.entries(boxes)) {
+      const st = stats[name] || {};
+      box.rows.textContent = st.rows === undefined ? "" : `${fmtCompact(st.rows)} rows`;
+      box.rate.textContent = fmtRate(st.rows_per_sec);
+      box.g.dataset.rows = st.rows === undefined ? "" : String(st.rows);
+    }
+  }
+
+  function renderSelection() {
+    const selected = model.get("selected_node");
+    for (const [name, box] of Object.entries(boxes)) box.g.classList.toggle("sl-selected", name === selected);
+  }
+
+  function renderEpochs() {
+    const epochs = (model.get("epochs") || []).slice().reverse();
+    const multiFlow = new Set(epochs.map((e) => e.flow)).size > 1;
+    if (!epochs.length) {
+      timeline.replaceChildren(h("div", { class: "sl-empty", text: "waiting for the first epoch" }));
+      return;
+    }
+    const longest = Math.max(1, ...epochs.map((e) => (e.durations_ms && e.durations_ms.total) || 0));
+    const body = h("tbody");
+    for (const e of epochs) {
+      const reached = STATES.indexOf(e.state);
+      const times = [e.planned_at, e.flushed_at, e.finalized_at];
+      const steps = h(
+        "div",
+        { class: "sl-steps" },
+        STATES.map((name, i) => {
+          const base = times[0];
+          const at = times[i];
+          const label = i === 0 || !at || !base ? name : `${name} +${fmtMs((at - base) * 1000)}`;
+          return h("span", {
+            class: `sl-step${i <= reached ? " sl-step-done" : ""}${i === reached ? " sl-step-current" : ""}`,
+            title: at ? `${name} at ${fmtClock(at)}` : name,
+            text: label,
+          });
+        }),
+      );
+      const d = e.durations_ms || {};
+      const sinkNames = Object.keys(e.rows || {});
+      const tip = [
+        ...Object.entries(d).map(([k, v]) => `${k}: ${fmtMs(v)}`),
+        ...Object.entries(e.spark_ms || {}).map(([k, v]) => `spark ${k}: ${fmtMs(v)}`),
+      ].join("\n");
+      const bar = h("div", { class: "sl-bar", title: tip });
+      if (d.total) {
+        const scale = (v) => `${Math.max(0, (100 * v) / longest)}%`;
+        bar.append(h("span", { class: "sl-bar-transforms", style: `width:${scale(d.transforms || 0)}` }));
+        for (const sink of sinkNames)
+          bar.append(h("span", { class: "sl-bar-sink", style: `width:${scale(d[sink] || 0)}` }));
+      }
+      const trigger = e.spark_ms && e.spark_ms.triggerExecution !== undefined ? ` · Spark batch ${fmtMs(e.spark_ms.triggerExecution)}` : "";
+      const durText = d.total ? `${fmtMs(d.total)} in foreachBatch${trigger}` : trigger.slice(3);
+      const parts = d.total ? [`transforms ${fmtMs(d.transforms)}`, ...sinkNames.map((k) => `${k} ${fmtMs(d[k])}`)].join(" · ") : "";
+      const rowsOut = sinkNames.map((k) => `${k} ${fmtInt(e.rows[k])}`).join(", ");
+      const offsets = Object.entries(e.offsets || {}).map(([k, v]) => `${k} ${fmtOffset(v)}`);
+      body.append(
+        h(
+          "tr",
+          { "data-testid": "sl-epoch", "data-epoch": e.epoch, "data-state": e.state, "data-flow": e.flow, class: `sl-epoch-${e.state}` },
+          h("td", { class: "sl-num" }, h("strong", { text: `#${e.epoch}` }), multiFlow ? h("div", { class: "sl-muted", text: e.flow }) : null),
+          h("td", {}, steps),
+          h(
+            "td",
+            { class: "sl-num" },
+            h("div", { text: e.input_rows === null || e.input_rows === undefined ? "—" : `${fmtInt(e.input_rows)} in` }),
+            rowsOut ? h("div", { class: "sl-muted", text: `→ ${rowsOut}` }) : null,
+          ),
+          h("td", { class: "sl-dur" }, d.total ? bar : null, h("div", { text: durText }), parts ? h("div", { class: "sl-muted", text: parts }) : null),
+          h("td", { class: "sl-offsets", title: offsets.join("\n") }, offsets.map((o) => h("div", { text: truncate(o, 60) }))),
+        ),
+      );
+    }
+    const table = h(
+      "table",
+      { class: "sl-table" },
+      h("thead", {}, h("tr", {}, ["epoch", "progress", "rows", "duration", "source offsets"].map((t) => h("th", { text: t })))),
+      body,
+    );
+    timeline.replaceChildren(table);
+  }
+
+  function renderSample() {
+    const graph = model.get("graph") || { nodes: [] };
+    const samples = model.get("samples") || {};
+    const selected = model.get("selected_node");
+    const names = (graph.nodes || []).filter((n) => n.kind !== "sink").map((n) => n.name);
+    for (const name of Object.keys(samples)) if (!names.includes(name)) names.push(name);
+    const kinds = Object.fromEntries((graph.nodes || []).map((n) => [n.name, n.kind]));
+    select.replaceChildren(
+      ...names.map((n) => h("option", { value: n, text: kinds[n] ? `${n} (${kinds[n]})` : n, selected: n === selected })),
+    );
+    select.value = selected;
+    const smp = samples[selected];
+    if (!smp) {
+      sampleMeta.textContent = "";
+      sample.replaceChildren(h("div", { class: "sl-empty", text: selected ? `no rows sampled from ${selected} yet` : "no node selected" }));
+      return;
+    }
+    const count = smp.count === null || smp.count === undefined ? "" : ` · ${fmtInt(smp.count)} rows in the batch`;
+    sampleMeta.textContent = `epoch #${smp.epoch}${count} · showing ${smp.rows.length} · ${fmtClock(smp.at)}`;
+    if (!smp.rows.length) {
+      sample.replaceChildren(h("div", { class: "sl-empty", text: `epoch #${smp.epoch} of ${selected} had no rows` }));
+      return;
+    }
+    const types = smp.types || [];
+    const head = h(
+      "tr",
+      {},
+      smp.columns.map((c, i) => h("th", { title: types[i] || "" }, c, types[i] ? h("div", { class: "sl-type", text: types[i] }) : null)),
+    );
+    const body = h(
+      "tbody",
+      {},
+      smp.rows.map((row) =>
+        h(
+          "tr",
+          { "data-testid": "sl-sample-row" },
+          smp.columns.map((c) => {
+            const v = fmtValue(row[c]);
+            return v === null
+              ? h("td", { class: "sl-null", text: "null" })
+              : h("td", { class: typeof row[c] === "number" ? "sl-num" : "", title: v.length > 40 ? v : null, text: truncate(v, 40) });
+          }),
+        ),
+      ),
+    );
+    sample.replaceChildren(h("table", { class: "sl-table sl-sample-table" }, h("thead", {}, head), body));
+  }
+
+  function renderRates() {
+    const points = model.get("rates") || [];
+    const W = 460;
+    const H = 180;
+    const m = { l: 46, r: 12, t: 10, b: 24 };
+    const svg = s("svg", { class: "sl-rate-svg", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "input and processing rate" });
+    const last = points[points.length - 1];
+    rateLegend.replaceChildren(
+      h("span", { class: "sl-key sl-key-input" }, "input ", h("strong", { text: last ? fmtRate(last.input) : "—" })),
+      h("span", { class: "sl-key sl-key-processing" }, "processing ", h("strong", { text: last ? fmtRate(last.processing) : "—" })),
+    );
+    if (!points.length) {
+      rates.replaceChildren(h("div", { class: "sl-empty", text: "waiting for the first finalized epoch" }));
+      return;
+    }
+    let t0 = Math.min(...points.map((p) => p.t));
+    let t1 = Math.max(...points.map((p) => p.t));
+    if (t1 - t0 < 1) {
+      t0 -= 1;
+      t1 += 1;
+    }
+    const top = Math.max(1, ...points.map((p) => Math.max(p.input || 0, p.processing || 0)));
+    const step = Math.pow(10, Math.floor(Math.log10(top)));
+    const ymax = Math.ceil(top / step) * step;
+    const x = (t) => m.l + ((t - t0) / (t1 - t0)) * (W - m.l - m.r);
+    const y = (v) => H - m.b - (v / ymax) * (H - m.t - m.b);
+    for (let i = 0; i <= 4; i++) {
+      const v = (ymax * i) / 4;
+      svg.append(
+        s("line", { class: "sl-grid-line", x1: m.l, x2: W - m.r, y1: y(v), y2: y(v) }),
+        s("text", { class: "sl-axis", x: m.l - 6, y: y(v) + 3, "text-anchor": "end", text: fmtCompact(v) }),
+      );
+    }
+    svg.append(
+      s("text", { class: "sl-axis", x: m.l, y: H - 6, text: fmtClock(t0) }),
+      s("text", { class: "sl-axis", x: W - m.r, y: H - 6, "text-anchor": "end", text: fmtClock(t1) }),
+      s("text", { class: "sl-axis", x: (W + m.l - m.r) / 2, y: H - 6, "text-anchor": "middle", text: "rows/s per finalized epoch" }),
+    );
+    const flows = [...new Set(points.map((p) => p.flow))];
+    flows.forEach((flow, fi) => {
+      const mine = points.filter((p) => p.flow === flow);
+      for (const key of ["input", "processing"]) {
+        const pts = mine.map((p) => `${x(p.t).toFixed(1)},${y(p[key] || 0).toFixed(1)}`).join(" ");
+        svg.append(s("polyline", { class: `sl-line sl-line-${key}`, points: pts, "stroke-dasharray": fi ? "4 3" : null }, s("title", { text: `${flow} ${key}` })));
+        const lp = mine[mine.length - 1];
+        svg.append(s("circle", { class: `sl-dot sl-line-${key}`, cx: x(lp.t), cy: y(lp[key] || 0), r: 3 }));
+      }
+    });
+    rates.replaceChildren(svg);
+  }
+
+  function onSelect() {
+    model.set("selected_node", select.value);
+    model.save_changes();
+  }
+  select.addEventListener("change", onSelect);
+
+  const handlers = [
+    ["change:title change:status change:error", renderHead],
+    ["change:graph", () => (renderDag(), renderSample())],
+    ["change:node_stats", renderStats],
+    ["change:epochs", () => (renderEpochs(), renderHead())],
+    ["change:samples", renderSample],
+    ["change:selected_node", () => (renderSelection(), renderSample())],
+    ["change:rates", renderRates],
+  ];
+  for (const [events, fn] of handlers) for (const name of events.split(" ")) model.on(name, fn);
+
+  renderHead();
+  renderDag();
+  renderEpochs();
+  renderSample();
+  renderRates();
+
+  return () => {
+    for (const [events, fn] of handlers) for (const name of events.split(" ")) model.off(name, fn);
+    select.removeEventListener("change", onSelect);
+  };
+}
+
+export default { render };
