@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Mapping, Set
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from streamling.errors import StreamlingError
 from streamling.spec.sql import rewrite_dynamic_table_calls
@@ -85,8 +85,9 @@ def lookup_udf(members: frozenset[str]) -> Any:
         return check_membership(values, members)
 
     # PySpark reads the UDF kind from the hints; make them objects, not this module's string annotations.
+    # (pyspark's overload stubs still demand the functionType argument that the hints replace)
     dynamic_table_check.__annotations__ = {"values": pa.Array, "return": pa.Array}
-    return arrow_udf(dynamic_table_check, "boolean")
+    return cast(Any, arrow_udf)(dynamic_table_check, "boolean")
 
 
 class DynamicTableChecks:
