@@ -302,16 +302,23 @@ function render({ model, el }) {
         ...Object.entries(d).map(([k, v]) => `${k}: ${fmtMs(v)}`),
         ...Object.entries(e.spark_ms || {}).map(([k, v]) => `spark ${k}: ${fmtMs(v)}`),
       ].join("\n");
+      // What the total spends outside the transforms and sinks (e.g. the monitor's row sampling).
+      const other = d.total ? Math.max(0, d.total - (d.transforms || 0) - sinkNames.reduce((a, k) => a + (d[k] || 0), 0)) : 0;
       const bar = h("div", { class: "sl-bar", title: tip });
       if (d.total) {
         const scale = (v) => `${Math.max(0, (100 * v) / longest)}%`;
         bar.append(h("span", { class: "sl-bar-transforms", style: `width:${scale(d.transforms || 0)}` }));
         for (const sink of sinkNames)
           bar.append(h("span", { class: "sl-bar-sink", style: `width:${scale(d[sink] || 0)}` }));
+        bar.append(h("span", { class: "sl-bar-other", style: `width:${scale(other)}` }));
       }
       const trigger = e.spark_ms && e.spark_ms.triggerExecution !== undefined ? ` · Spark batch ${fmtMs(e.spark_ms.triggerExecution)}` : "";
       const durText = d.total ? `${fmtMs(d.total)} in foreachBatch${trigger}` : trigger.slice(3);
-      const parts = d.total ? [`transforms ${fmtMs(d.transforms)}`, ...sinkNames.map((k) => `${k} ${fmtMs(d[k])}`)].join(" · ") : "";
+      const parts = d.total
+        ? [`transforms ${fmtMs(d.transforms)}`, ...sinkNames.map((k) => `${k} ${fmtMs(d[k])}`), other >= 1 ? `other ${fmtMs(other)}` : null]
+            .filter(Boolean)
+            .join(" · ")
+        : "";
       const rowsOut = sinkNames.map((k) => `${k} ${fmtInt(e.rows[k])}`).join(", ");
       const offsets = Object.entries(e.offsets || {}).map(([k, v]) => `${k} ${fmtOffset(v)}`);
       body.append(
@@ -364,10 +371,13 @@ function render({ model, el }) {
       return;
     }
     const types = smp.types || [];
+    const numeric = smp.columns.map((c) => smp.rows.every((r) => r[c] === null || typeof r[c] === "number"));
     const head = h(
       "tr",
       {},
-      smp.columns.map((c, i) => h("th", { title: types[i] || "" }, c, types[i] ? h("div", { class: "sl-type", text: types[i] }) : null)),
+      smp.columns.map((c, i) =>
+        h("th", { class: numeric[i] ? "sl-num" : "", title: types[i] || "" }, c, types[i] ? h("div", { class: "sl-type", text: types[i] }) : null),
+      ),
     );
     const body = h(
       "tbody",
