@@ -96,7 +96,7 @@ def test_export_writes_yaml_the_cli_loads_unchanged(ip: Any, tmp_path: Path) -> 
     author(ip)
     out = ip.run_line_magic("streamling", "export exported/pipeline.yaml")
     path = tmp_path / "exported" / "pipeline.yaml"
-    assert str(path) in out.text
+    assert out.text == "wrote exported/pipeline.yaml — run it with: streamling exported/pipeline.yaml"
     assert _shape(load_pipeline(path)) == _shape(parse_pipeline(YAML))
     assert "sql: |" in path.read_text()  # multi-line SQL stays readable
 
