@@ -274,10 +274,12 @@ class FlowRunner:
 
     def _sample(self, epoch: Epoch, frames: dict[str, DataFrame]) -> None:
         n = self.bus.sample_rows
+        source_names = {s.name for s in self.sources}
         for name, df in frames.items():
             try:
                 table = df.limit(n).toArrow()
-                count = df.count() if self.bus.count_rows else None
+                # Sources need no extra job: Spark reports their input rows when the epoch commits.
+                count = df.count() if self.bus.count_rows and name not in source_names else None
             except Exception:  # noqa: BLE001 - sampling is best effort, never fails the epoch
                 log.debug("sampling %s failed", name, exc_info=True)
                 continue
