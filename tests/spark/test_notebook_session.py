@@ -95,3 +95,19 @@ def test_bounded_run_ends_by_itself_and_stops_after_n_rows(spark: Any, tmp_path:
 
     with pytest.raises(StreamlingError, match="no pipeline is running"):
         nb.stop()
+
+
+def test_print_sink_rows_go_to_the_runs_own_stream(spark: Any, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    nb = NotebookPipeline(application_id="nb_print", cwd=tmp_path, spark=spark)
+    nb.define("source", "orders", {"type": "generate", "rows": 200})
+    nb.define("transform", "big", {"type": "sql", "sql": "SELECT id FROM orders WHERE id < 3"})
+    nb.define("sink", "screen", {"type": "print", "from": ["big"]})
+    out = io.StringIO()
+    run = nb.start(print_out=out)
+    assert run.wait(180) and run.error is None
+    assert out.getvalue().splitlines() == [f'{n} -> (sample_every=1) [Insert] {{"id":{n - 1},"_gs_op":"i"}}'
+                                           for n in (1, 2, 3)]
+    assert "sample_every" not in capsys.readouterr().out

@@ -165,3 +165,22 @@ def test_magic_names_do_not_clash_with_databricks_builtins(ip: Any) -> None:
     registered |= set(ip.magics_manager.registry["StreamlingMagics"].magics["cell"])
     assert registered == {"streamling"}
     assert not registered & {"sql", "python", "scala", "r", "md", "sh", "fs", "run", "pip"}
+
+
+def test_widget_stream_appends_from_threads() -> None:
+    import threading
+
+    from ipywidgets import Output
+
+    from streamling.notebook.magics import _WidgetStream
+
+    out = Output()
+    stream = _WidgetStream(out)
+    threads = [threading.Thread(target=stream.write, args=(f"line {i}\n",)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    texts = sorted(o["text"] for o in out.outputs)
+    assert texts == sorted(f"line {i}\n" for i in range(20))
+    assert all(o["name"] == "stdout" for o in out.outputs)

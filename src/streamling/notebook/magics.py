@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Any
+import threading
+from typing import Any, TextIO, cast
 
 import yaml
 from IPython.core.error import UsageError
@@ -82,6 +83,22 @@ def _yaml_body(text: str, what: str) -> dict[str, Any]:
         raise StreamlingError("the cell body must be YAML keys (a mapping)",
                               hint=f"write the {what}'s keys as in the pipeline YAML, e.g. 'type: …'")
     return data
+
+
+class _WidgetStream:
+    """A text stream appending to an ``ipywidgets.Output`` from any thread (the documented way)."""
+
+    def __init__(self, output: Any) -> None:
+        self.output = output
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:  # append_stdout rebuilds the outputs tuple: serialise writers
+            self.output.append_stdout(text)
+        return len(text)
+
+    def flush(self) -> None:
+        return None
 
 
 @magics_class
@@ -240,11 +257,21 @@ class StreamlingMagics(Magics):
             from streamling.notebook.monitor import Monitor
 
             monitor = Monitor.for_plan(nb.plan().describe(), title=nb.settings().application_id)
-        nb.start(rows=args.rows, seconds=args.seconds, sample_rows=args.sample or self.sample_rows, monitor=monitor)
+        # In the background, print-sink rows go to an output area under the monitor: a thread's
+        # print would land in whichever cell runs at that moment. A blocking run keeps its cell.
+        printed = None
+        if monitor is not None and not args.wait:
+            from ipywidgets import Output
+
+            printed = Output(layout={"max_height": "240px", "overflow": "auto"})
+        nb.start(rows=args.rows, seconds=args.seconds, sample_rows=args.sample or self.sample_rows, monitor=monitor,
+                 print_out=cast(TextIO, _WidgetStream(printed)) if printed is not None else None)
         if monitor is not None:
             monitor.set_status("running")
             if not args.wait:
                 display(monitor)
+                if any(body.get("type") == "print" for kind, body in nb.nodes.values() if kind == "sink"):
+                    display(printed)
         if args.wait:
             return self._wait(args.timeout)
         return None

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
@@ -354,8 +354,11 @@ class NotebookPipeline:
     # --- running ------------------------------------------------------------------------------
 
     def start(self, rows: int | None = None, seconds: float | None = None, sample_rows: int = 20,
-              monitor: Any = None) -> NotebookRun:
+              monitor: Any = None, print_out: TextIO | None = None) -> NotebookRun:
+        """Start in the background. ``print_out`` receives the print sinks' lines (e.g. an output
+        widget under the monitor), so rows printed later never land in whatever cell runs then."""
         from streamling.runtime.pipeline import PipelineRun
+        from streamling.sinks.print import PrintSink
 
         if self.current is not None and self.current.active:
             raise StreamlingError("the pipeline is already running", hint="run `%streamling stop` first")
@@ -372,7 +375,12 @@ class NotebookPipeline:
         bus.subscribe(self._samples)
         if monitor is not None:
             bus.subscribe(monitor.handle)
-        run = NotebookRun(PipelineRun(self.spec(), settings, self.spark(), bus), seconds)
+        pipeline = PipelineRun(self.spec(), settings, self.spark(), bus)
+        if print_out is not None:
+            for node in pipeline.plan.nodes.values():
+                if isinstance(node, PrintSink):
+                    node.out = print_out
+        run = NotebookRun(pipeline, seconds)
         self.current = run
         self.monitor = monitor
         run.start()
