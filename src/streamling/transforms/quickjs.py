@@ -22,6 +22,7 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,8 +114,13 @@ class RunResult:
     trap: str | None = None
 
 
-def run_batch(runtime_path: str, driver: str, stdin: bytes, memory_limit_mb: int, cpu_limit_ms: int) -> RunResult:
-    """Evaluate ``driver`` in a fresh QuickJS instance with ``stdin`` as its standard input."""
+def run_batch(runtime_path: str, driver: str, stdin: bytes, memory_limit_mb: int, cpu_limit_ms: int,
+              script_args: Sequence[bytes] = ()) -> RunResult:
+    """Evaluate ``driver`` in a fresh QuickJS instance with ``stdin`` as its standard input.
+
+    ``script_args`` become the driver's ``scriptArgs``: QuickJS turns them into strings in C, where
+    reading the same text from stdin goes through ``fgetc`` byte by byte. They must not contain NUL.
+    """
     import wasmtime
 
     engine, module, linker = _engine(runtime_path)
@@ -135,10 +141,11 @@ def run_batch(runtime_path: str, driver: str, stdin: bytes, memory_limit_mb: int
             exports = instance.exports(store)
             exports["_initialize"](store)
             memory = exports["memory"]
-            args = ["qjs", "--std", "--memory-limit", f"{memory_limit_mb}m", "-e", driver]
+            args = [b"qjs", b"--std", b"--memory-limit", f"{memory_limit_mb}m".encode(), b"-e", driver.encode(), b"--",
+                    *script_args]
             pointers = []
             for arg in args:
-                raw = arg.encode() + b"\0"
+                raw = arg + b"\0"
                 ptr = exports["malloc"](store, len(raw))
                 memory.write(store, raw, ptr)
                 pointers.append(ptr)
@@ -187,14 +194,14 @@ def driver_source(script: str, columns: list[tuple[str, str]], trace: bool = Fal
 
 _DRIVER = r"""
 (function () {
-  const IN = std.in, OUT = std.out, ERR = std.err;
+  const IN = std.in, OUT = std.out, ERR = std.err, ARGS = scriptArgs;
   const isArray = Array.isArray, stringify = JSON.stringify, parse = JSON.parse, Fn = Function;
   const src = __SCRIPT__;
   const fail = (kind, row, e) => {
     const stack = e && e.stack ? String(e.stack) : "";
     ERR.puts("\x1e" + stringify({kind, row, message: String(e), stack}) + "\n");
   };
-  delete globalThis.std; delete globalThis.os;
+  delete globalThis.std; delete globalThis.os; delete globalThis.scriptArgs;
   let fn = null;
   try {
     const value = (0, eval)("(" + src + "\n)");
@@ -244,13 +251,14 @@ _DRIVER = r"""
       default: return v;
     }
   };
-  // Input, columnar: a JSON header {n, cols: [[name, enc], ...]}, one JSON array per "json" column,
-  // then for each "num"/"bool" column its values (float64 / uint8) and a validity byte per row.
+  // Input, columnar: a JSON header {n, cols: [[name, enc], ...]} on stdin, then for each "num"/"bool"
+  // column its values (float64 / uint8) and a validity byte per row; one JSON array per "json"
+  // column in scriptArgs.
   const head = IN.getline();
   if (head === null) return;
   const H = parse(head), N = H.n, IC = H.cols;
   const inVals = new Array(IC.length), inValid = new Array(IC.length);
-  for (let c = 0; c < IC.length; c++) if (IC[c][1] === "json") inVals[c] = parse(IN.getline());
+  for (let c = 0, a = 0; c < IC.length; c++) if (IC[c][1] === "json") { inVals[c] = parse(ARGS[a]); ARGS[a++] = null; }
   for (let c = 0; c < IC.length; c++) {
     const enc = IC[c][1];
     if (enc === "json") continue;

@@ -152,8 +152,8 @@ def run_script_batches(job: ScriptJob, batches: Any) -> Any:
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        result = quickjs.run_batch(job.runtime_path, job.driver, encode_batch(batch), job.memory_limit_mb,
-                                   job.cpu_limit_ms)
+        stdin, texts = encode_batch(batch)
+        result = quickjs.run_batch(job.runtime_path, job.driver, stdin, job.memory_limit_mb, job.cpu_limit_ms, texts)
         failure = _failure(job, batch, result)
         if failure is not None:
             raise failure
@@ -162,13 +162,15 @@ def run_script_batches(job: ScriptJob, batches: Any) -> Any:
             yield from table.to_batches()
 
 
-def encode_batch(batch: pa.RecordBatch) -> bytes:
-    """A batch in the sandbox's columnar input format (see the driver in ``quickjs.py``).
+def encode_batch(batch: pa.RecordBatch) -> tuple[bytes, list[bytes]]:
+    """A batch in the sandbox's columnar input format (see the driver in ``quickjs.py``): stdin and
+    script arguments.
 
-    Numbers, decimals and booleans cross as raw float64/uint8 buffers with a validity byte per row,
-    so the sandbox neither parses nor formats them (float text conversion dominates QuickJS's
-    cost); everything else crosses as one JSON array per column. Timestamps become ISO-8601 UTC
-    text, formatted as naive UTC (Arrow's time-zone-aware formatting is ten times slower).
+    Numbers, decimals and booleans cross on stdin as raw float64/uint8 buffers with a validity byte
+    per row, so the sandbox neither parses nor formats them (float text conversion dominates
+    QuickJS's cost); everything else crosses as one JSON array per column, each a script argument
+    (JSON escapes NUL). Timestamps become ISO-8601 UTC text, formatted as naive UTC (Arrow's
+    time-zone-aware formatting is ten times slower).
     """
     import json
 
@@ -198,9 +200,9 @@ def encode_batch(batch: pa.RecordBatch) -> bytes:
         elif pa.types.is_date(kind):
             column = pc.cast(column, pa.string())
         cols.append([field.name, "json"])
-        texts.append(json.dumps(column.to_pylist(), default=str).encode() + b"\n")
+        texts.append(json.dumps(column.to_pylist(), default=str, ensure_ascii=False).encode())
     header = json.dumps({"n": n, "cols": cols}).encode() + b"\n"
-    return header + b"".join(texts) + b"".join(blobs)
+    return header + b"".join(blobs), texts
 
 
 def iso_utc(column: pa.Array) -> pa.Array:
@@ -389,8 +391,9 @@ def _traced_row(job: ScriptJob, batch: pa.RecordBatch) -> int | None:
     Only on the failure path: writing to unbuffered stderr per row would slow every batch.
     """
     try:
-        result = quickjs.run_batch(job.runtime_path, job.trace_driver, encode_batch(batch), job.memory_limit_mb,
-                                   job.cpu_limit_ms)
+        stdin, texts = encode_batch(batch)
+        result = quickjs.run_batch(job.runtime_path, job.trace_driver, stdin, job.memory_limit_mb, job.cpu_limit_ms,
+                                   texts)
     except Exception:  # noqa: BLE001 - locating the row is best effort
         return None
     marks = re.findall(r"\x1f(\d+)\n", result.stderr)
