@@ -252,19 +252,24 @@ _DRIVER = r"""
     }
   };
   // Input, columnar: a JSON header {n, cols: [[name, enc], ...]} on stdin, then for each "num"/"bool"
-  // column its values (float64 / uint8) and a validity byte per row; one JSON array per "json"
-  // column in scriptArgs.
+  // column its values (float64 / uint8) and for each "dict" column its indices (int32), each with
+  // a validity byte per row; in scriptArgs one JSON array per "json" column (the values) and per
+  // "dict" column (the distinct values).
   const head = IN.getline();
   if (head === null) return;
   const H = parse(head), N = H.n, IC = H.cols;
-  const inVals = new Array(IC.length), inValid = new Array(IC.length);
-  for (let c = 0, a = 0; c < IC.length; c++) if (IC[c][1] === "json") { inVals[c] = parse(ARGS[a]); ARGS[a++] = null; }
+  const inVals = new Array(IC.length), inValid = new Array(IC.length), inDict = new Array(IC.length);
+  for (let c = 0, a = 0; c < IC.length; c++) {
+    const enc = IC[c][1];
+    if (enc === "json" || enc === "dict") { (enc === "json" ? inVals : inDict)[c] = parse(ARGS[a]); ARGS[a++] = null; }
+  }
   for (let c = 0; c < IC.length; c++) {
     const enc = IC[c][1];
     if (enc === "json") continue;
-    const width = enc === "num" ? 8 : 1, buf = new ArrayBuffer(N * width), valid = new ArrayBuffer(N);
+    const width = enc === "num" ? 8 : enc === "dict" ? 4 : 1, buf = new ArrayBuffer(N * width);
+    const valid = new ArrayBuffer(N);
     if (N > 0) { IN.read(buf, 0, N * width); IN.read(valid, 0, N); }
-    inVals[c] = enc === "num" ? new Float64Array(buf) : new Uint8Array(buf);
+    inVals[c] = enc === "num" ? new Float64Array(buf) : enc === "dict" ? new Int32Array(buf) : new Uint8Array(buf);
     inValid[c] = new Uint8Array(valid);
   }
   // Output, columnar: numbers (float64, truncation and non-finite checks left to the host) and
@@ -276,70 +281,76 @@ _DRIVER = r"""
   const cap0 = Math.max(16, N);
   const newOut = (c, cap) => ENC[c] === "num" ? new Float64Array(cap) : ENC[c] === "bool" ? new Uint8Array(cap)
     : ENC[c] === "str" ? new Int32Array(cap) : null;
-  // The whole batch loop is generated, with column arrays in local bindings and literal property
-  // names: QuickJS resolves those at compile time, while r[name] with a string variable or V[c][i]
-  // costs a lookup per access. Per row: build the input object, call the function, coerce and
-  // store what it returned. The checks on the hot path are cheap operators only (a global like
-  // Number.isInteger is a lookup per call); anything unusual goes through coerce().
+  // The whole batch is one generated function, with column arrays in plain locals (no closure
+  // captures them) and literal property names: QuickJS resolves those at compile time, while
+  // r[name] with a string variable or V[c][i] costs a lookup per access. Per row: build the input
+  // object, call the function, coerce and store what it returned (once, or per element of an
+  // array). The checks on the hot path are cheap operators only, the expected type first;
+  // anything unusual goes through coerce().
   const prop = (name) => /^[A-Za-z_$][\w$]*$/.test(name) ? "." + name : "[" + stringify(name) + "]";
   const opCol = IC.findIndex((col) => col[0] === "_gs_op");
   const code = [];
-  IC.forEach((col, c) => code.push("const I" + c + " = inVals[" + c + "], J" + c + " = inValid[" + c + "];"));
-  code.push("let cap = " + cap0 + ", k = 0;");
+  IC.forEach((col, c) => code.push("const I" + c + " = inVals[" + c + "], J" + c + " = inValid[" + c + "], D" + c
+    + " = inDict[" + c + "];"));
+  code.push("let cap = " + cap0 + ", k = 0, v, r, list, j;",
+    "const grow = (old, now) => { now.set(old); return now; };");
   NAMES.forEach((_, c) => {
     if (ENC[c] === "json") code.push("const O" + c + " = [];");
     else if (ENC[c] === "str") code.push("const O" + c + " = [];",
       "let L" + c + " = newOut(" + c + ", cap), F" + c + " = new Uint8Array(cap);");
     else code.push("let O" + c + " = newOut(" + c + ", cap), F" + c + " = new Uint8Array(cap);");
   });
-  const grown = (a, c) => a + " = grow(" + a + ", newOut(" + c + ", cap));";
-  code.push("const grow = (old, now) => { now.set(old); return now; };",
-    "const more = () => {", "cap *= 2;");
-  NAMES.forEach((_, c) => {
-    if (ENC[c] === "str") code.push(grown("L" + c, c), "F" + c + " = grow(F" + c + ", new Uint8Array(cap));");
-    else if (ENC[c] !== "json") code.push(grown("O" + c, c), "F" + c + " = grow(F" + c + ", new Uint8Array(cap));");
-  });
-  code.push("};", "const emit = (r, op) => {",
-    "if (r === null || typeof r !== 'object' || isArray(r)) throw new TypeError("
+  code.push("for (let i = 0; i < " + N + "; i++) {");
+  if (TRACE) code.push("ERR.puts('\\x1f' + i + '\\n');");
+  code.push("const row = {" + IC.map((col, c) => {
+    const key = stringify(col[0]);
+    if (col[1] === "json") return key + ": I" + c + "[i]";
+    if (col[1] === "bool") return key + ": J" + c + "[i] ? I" + c + "[i] === 1 : null";
+    if (col[1] === "dict") return key + ": J" + c + "[i] ? D" + c + "[I" + c + "[i]] : null";
+    return key + ": J" + c + "[i] ? I" + c + "[i] : null";
+  }).join(", ") + "};",
+    "const op = " + (opCol < 0 ? "null" : "row" + prop("_gs_op")) + ";",
+    "try { r = fn(row); } catch (e) { fail('row', i, e); return; }",
+    "if (r === null || r === undefined) continue;",
+    "list = null; j = 0;",
+    "if (isArray(r)) list = r;",
+    "try {",
+    "for (;;) {",
+    "if (list !== null) {",
+    "if (j >= list.length) break;",
+    "r = list[j++];",
+    "if (r === null || r === undefined) continue;",
+    "}",
+    "if (typeof r !== 'object' || (list !== null && isArray(r))) throw new TypeError("
       + "'the function must return an object, an array of objects or null, got '"
       + " + (isArray(r) ? 'a nested array' : typeof r));",
-    "if (k === cap) more();", "let v;");
+    "if (k === cap) {", "cap *= 2;");
+  NAMES.forEach((_, c) => {
+    const a = ENC[c] === "str" ? "L" + c : "O" + c;
+    if (ENC[c] !== "json") code.push(a + " = grow(" + a + ", newOut(" + c + ", cap));",
+      "F" + c + " = grow(F" + c + ", new Uint8Array(cap));");
+  });
+  code.push("}");
   NAMES.forEach((name, c) => {
-    const kind = stringify(KINDS[c]);
+    const kind = stringify(KINDS[c]), type = stringify(JS_TYPE[ENC[c]]);
     code.push("v = r" + prop(name) + ";");
     if (name === "_gs_op") code.push("if (v == null) v = op;");
     if (ENC[c] === "json") {
       code.push("if (v != null) v = coerce(" + kind + ", v);", "O" + c + ".push(v === undefined ? null : v);");
       return;
     }
-    code.push("if (typeof v !== " + stringify(JS_TYPE[ENC[c]]) + ") v = v == null ? null : coerce(" + kind + ", v);");
     // Timestamp text passes as is (a regex per row is slow here); the host parses and validates it.
-    if (ENC[c] === "str") code.push("if (v === null) { O" + c + ".push(\"\"); F" + c + "[k] = 1; }",
-      "else { O" + c + ".push(v); L" + c + "[k] = v.length; }");
-    else if (ENC[c] === "bool") code.push("if (v === null) F" + c + "[k] = 1; else O" + c + "[k] = v ? 1 : 0;");
-    else code.push("if (v === null) F" + c + "[k] = 1; else O" + c + "[k] = v;");
+    const store = ENC[c] === "str" ? "{ O" + c + ".push(v); L" + c + "[k] = v.length; }"
+      : ENC[c] === "bool" ? "O" + c + "[k] = v ? 1 : 0;" : "O" + c + "[k] = v;";
+    const none = ENC[c] === "str" ? "{ O" + c + ".push(''); F" + c + "[k] = 1; }" : "F" + c + "[k] = 1;";
+    code.push("if (typeof v === " + type + ") " + store,
+      "else { v = v == null ? null : coerce(" + kind + ", v); if (v === null) " + none + " else " + store + " }");
   });
-  code.push("k++;", "};", "const run = () => {", "for (let i = 0; i < " + N + "; i++) {");
-  if (TRACE) code.push("ERR.puts('\\x1f' + i + '\\n');");
-  code.push("const row = {" + IC.map((col, c) => {
-    const key = stringify(col[0]);
-    if (col[1] === "json") return key + ": I" + c + "[i]";
-    if (col[1] === "bool") return key + ": J" + c + "[i] ? I" + c + "[i] === 1 : null";
-    return key + ": J" + c + "[i] ? I" + c + "[i] : null";
-  }).join(", ") + "};",
-    "const op = " + (opCol < 0 ? "null" : "row" + prop("_gs_op")) + ";",
-    "let r;",
-    "try { r = fn(row); } catch (e) { fail('row', i, e); return false; }",
-    "if (r === null || r === undefined) continue;",
-    "try {",
-    "if (isArray(r)) { for (const x of r) if (x !== null && x !== undefined) emit(x, op); }",
-    "else emit(r, op);",
-    "} catch (e) { fail('row', i, {toString: () => String(e), stack: ''}); return false; }",
-    "}", "return true;", "};");
+  code.push("k++;", "if (list === null) break;", "}",
+    "} catch (e) { fail('row', i, {toString: () => String(e), stack: ''}); return; }", "}");
   // The output: header, JSON columns, per number/boolean column values and null flags, per string
   // column lengths and null flags, then the text of every string column back to back.
-  code.push("return () => {", "if (!run()) return;",
-    "OUT.puts(stringify({n: k, enc: ENC}) + '\\n');");
+  code.push("OUT.puts(stringify({n: k, enc: ENC}) + '\\n');");
   NAMES.forEach((_, c) => { if (ENC[c] === "json") code.push("OUT.puts(stringify(O" + c + ") + '\\n');"); });
   NAMES.forEach((_, c) => {
     if (ENC[c] === "json") return;
@@ -347,9 +358,10 @@ _DRIVER = r"""
     code.push("if (k > 0) { OUT.write(" + a + ".buffer, 0, k * " + width + "); OUT.write(F" + c + ".buffer, 0, k); }");
   });
   NAMES.forEach((_, c) => { if (ENC[c] === "str") code.push("OUT.puts(O" + c + ".join(''));"); });
-  code.push("OUT.flush();", "};");
-  const batch = new Fn("fn", "fail", "coerce", "isArray", "stringify", "inVals", "inValid", "newOut", "ENC",
+  code.push("OUT.flush();");
+  const batch = new Fn("fn", "fail", "coerce", "isArray", "stringify", "inVals", "inValid", "inDict", "newOut",
+    "ENC",
     "ERR", "OUT", code.join("\n"));
-  batch(fn, fail, coerce, isArray, stringify, inVals, inValid, newOut, ENC, ERR, OUT)();
+  batch(fn, fail, coerce, isArray, stringify, inVals, inValid, inDict, newOut, ENC, ERR, OUT);
 })();
 """
