@@ -129,8 +129,9 @@ def run_batch(runtime_path: str, driver: str, stdin: bytes, memory_limit_mb: int
         Path(paths[0]).write_bytes(stdin)
         store = wasmtime.Store(engine)
         store.set_epoch_deadline(max(1, int(cpu_limit_ms / 1000 / TICK_SECS)))
-        # Linear memory backstop above QuickJS's own limit (the runtime needs some room of its own).
-        store.set_limits(memory_size=(memory_limit_mb + 64) * 1024 * 1024)
+        # Linear memory backstop above QuickJS's own limit (the runtime needs some room of its own,
+        # and the arguments are copied into linear memory outside QuickJS's accounting).
+        store.set_limits(memory_size=(memory_limit_mb + 64) * 1024 * 1024 + len(driver) + sum(map(len, script_args)))
         wasi = wasmtime.WasiConfig()
         wasi.stdin_file, wasi.stdout_file, wasi.stderr_file = paths
         store.set_wasi(wasi)
