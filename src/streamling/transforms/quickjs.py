@@ -2,8 +2,8 @@
 
 The sandbox is QuickJS-NG's WASI *reactor* build driven by wasmtime. Each batch gets a fresh
 ``Store`` (fresh linear memory, nothing leaks between batches) whose WASI context has no
-preopened directory and no sockets: stdin is the batch (columnar), stdout/stderr are temp
-files. That gives the isolation the script transform promises without a process per batch.
+preopened directory and no sockets: stdin and the script arguments carry the batch (columnar),
+stdout/stderr are temp files. That gives the isolation the script transform promises without a process per batch.
 
 * memory: QuickJS's own ``--memory-limit`` turns a bomb into a catchable ``InternalError: out of
   memory``; a wasmtime store limit backs it up should the engine itself grow past it.

@@ -3,8 +3,9 @@
 The batch goes into the sandbox whole, column by column (one QuickJS instance per batch, see
 ``quickjs.py``); the user's single top-level function gets each row as an object and returns an
 object, an array of objects (one row in, several out) or null (drop). Coercion to the output
-``schema`` happens in the sandbox, so what comes back is already typed JSON that Arrow's C++ reader
-turns into the output batch without a Python loop over rows.
+``schema`` happens in the sandbox, so what comes back is already typed columns (raw number and
+boolean buffers, text with UTF-16 lengths, JSON for the rest) that become Arrow arrays without a
+Python loop over rows.
 """
 
 from __future__ import annotations
