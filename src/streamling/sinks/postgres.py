@@ -152,6 +152,11 @@ class _Statements:
     copy_target: str
     insert: str
     delete: str
+    # The common epoch (inserts and updates only, one row per key) skips the op and round columns.
+    plain: str = ""
+    create_plain: str = ""
+    copy_plain: str = ""
+    insert_plain: str = ""
 
 
 class PostgresSink(Sink):
@@ -269,7 +274,9 @@ class PostgresSink(Sink):
 
         n = table.num_rows
         rounds = np.zeros(n, dtype=np.int32)
-        if self.key:
+        # One key column whose values are already distinct (the common epoch) needs no grouping.
+        unique = len(self.key) == 1 and pc.count_distinct(table.column(self.key[0]), mode="all").as_py() == n
+        if self.key and not unique:
             idx = pa.array(np.arange(n, dtype=np.int64))
             keyed = pa.table([table.column(k) for k in self.key] + [idx], names=[*self.key, "__i"])
             last = keyed.group_by(self.key, use_threads=False).aggregate([("__i", "max")])
@@ -286,7 +293,7 @@ class PostgresSink(Sink):
                     for i, k in enumerate(keys):
                         rounds[i] = seen.get(k, 0)
                         seen[k] = rounds[i] + 1
-        else:
+        elif not self.key:
             if pc.any(deletes).as_py():
                 if not self._warned_keyless_delete:
                     log.warning("postgres sink '%s' has no primary key: 'd' rows cannot be matched and are "
@@ -295,13 +302,14 @@ class PostgresSink(Sink):
                 keep_mask = pc.invert(deletes)
                 table, deletes = table.filter(keep_mask), pc.filter(deletes, keep_mask)
         n_del = int(pc.sum(deletes).as_py() or 0)
+        n_rounds = int(rounds.max()) + 1 if n else 0
+        plain = bool(self.key) and n_del == 0 and n_rounds == 1
         shaped = table.select(names)
-        if self.key:
+        if self.key and not plain:
             shaped = shaped.append_column(DELETE_COL, deletes).append_column(ROUND_COL, pa.array(rounds))
         buf = io.BytesIO()
         pacsv.write_csv(shaped, buf, pacsv.WriteOptions(include_header=False))
-        stats = {"upserts": table.num_rows - n_del, "deletes": n_del,
-                 "rounds": int(rounds.max()) + 1 if n else 0}
+        stats = {"upserts": table.num_rows - n_del, "deletes": n_del, "rounds": n_rounds, "plain": int(plain)}
         return buf.getvalue(), stats
 
     def _write_batch(self, conn: psycopg.Connection[Any], columns: list[_Column], payload: bytes,
@@ -317,8 +325,16 @@ class PostgresSink(Sink):
                 with cur.copy(st.copy_target) as copy:
                     copy.write(payload)
                 self._mark_written(cur, epoch)
+            elif stats.get("plain"):
+                stage = st.plain
+                if stage not in self._stages_ready:
+                    cur.execute(st.create_plain)
+                with cur.copy(st.copy_plain) as copy:
+                    copy.write(payload)
+                cur.execute(st.insert_plain)
             else:
-                if st.stage not in self._stages_ready:
+                stage = st.stage
+                if stage not in self._stages_ready:
                     cur.execute(st.create_stage)
                 with cur.copy(st.copy_stage) as copy:
                     copy.write(payload)
@@ -329,7 +345,7 @@ class PostgresSink(Sink):
                         cur.execute(st.insert, (r,))
         conn.commit()
         if self.key:
-            self._stages_ready.add(st.stage)
+            self._stages_ready.add(stage)
 
     # -- table and statements ----------------------------------------------------------------------
 
@@ -445,6 +461,16 @@ class PostgresSink(Sink):
                                       r=sql.Identifier(ROUND_COL))
         st = _Statements(stage_name, create_stage.as_string(conn), copy_stage.as_string(conn),
                          copy_target.as_string(conn), insert.as_string(conn), delete.as_string(conn))
+        if self.key:
+            plain = sql.Identifier(f"{stage_name}_plain")
+            st.plain = f"{stage_name}_plain"
+            st.create_plain = sql.SQL(
+                "CREATE TEMP TABLE {plain} ON COMMIT DELETE ROWS AS SELECT {cols} FROM {target} WITH NO DATA"
+            ).format(plain=plain, cols=cols, target=target).as_string(conn)
+            st.copy_plain = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(plain, cols).as_string(conn)
+            st.insert_plain = sql.SQL(
+                "INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {plain} ON CONFLICT ({key}) {action}"
+            ).format(target=target, cols=cols, plain=plain, key=key, action=action).as_string(conn)
         self._statements[tuple(names)] = st
         return st
 
