@@ -185,16 +185,20 @@ class KafkaSource(Source):
         reader, writers = self._schemas()
         reader_text = json.dumps(unwrap_root(reader.schema))
         value = F.col("value")
-        schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
         payload = F.expr("substring(value, 6)")
-        expr = (F.when(value.isNull(), self._poison(F.concat(F.lit("tombstone (null value) at "), where)))
-                .when((F.length(value) < 5) | (F.substring(value, 1, 1) != F.lit(b"\x00")),
-                      self._poison(F.concat(F.lit("not in the Confluent Avro wire format (bad magic byte or too "
-                                                  "short) at "), where))))
+        # A good record's first five bytes (magic 0 + schema id) equal one known prefix: one binary
+        # comparison per writer schema. The checks that name a poison record come after, so they
+        # cost nothing on good records.
+        header = F.substring(value, 1, 5)
+        expr = F.when(value.isNull(), self._poison(F.concat(F.lit("tombstone (null value) at "), where)))
         for sid, writer in sorted(writers.items()):
             writer_text = reader_text if self.opts.skip_schema_resolution else json.dumps(writer)
-            expr = expr.when(schema_id == sid, from_avro(payload, writer_text,
-                                                         {"avroSchema": reader_text, "mode": "FAILFAST"}))
+            expr = expr.when(header == F.lit(b"\x00" + int(sid).to_bytes(4, "big")),
+                             from_avro(payload, writer_text, {"avroSchema": reader_text, "mode": "FAILFAST"}))
+        expr = expr.when((F.length(value) < 5) | (F.substring(value, 1, 1) != F.lit(b"\x00")),
+                         self._poison(F.concat(F.lit("not in the Confluent Avro wire format (bad magic byte or too "
+                                                     "short) at "), where)))
+        schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
         return expr.otherwise(self._poison(F.concat(
             F.lit("unknown schema id "), schema_id.cast("string"),
             F.lit(f" (not registered under subject '{self.subject}') at "), where)))
