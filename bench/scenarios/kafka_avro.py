@@ -402,9 +402,9 @@ def run_streamling(spark: SparkSession, yaml_text: str, workdir: Path, data: Top
 
 def kafka_options(topic: str, workdir: Path) -> dict[str, str]:
     """The hand-written job's reader options: the same connection (read from the same settings),
-    topic, start and epoch bound. Headers are not read: the hand-written job has no use for them."""
+    topic, start and epoch bound. Headers are read: the CDC op travels in ``dbz.op``."""
     conn = bench_settings(workdir, "bench_hw").kafka_source
-    return {**conn.spark_options(), "subscribe": topic, "startingOffsets": "earliest",
+    return {**conn.spark_options(), "subscribe": topic, "startingOffsets": "earliest", "includeHeaders": "true",
             "maxOffsetsPerTrigger": str(MAX_OFFSETS_PER_EPOCH), "failOnDataLoss": "true"}
 
 
@@ -463,9 +463,13 @@ def run_handwritten(spark: SparkSession, query: Query, workdir: Path, data: Topi
 
     def batch_fn(batch: DataFrame, batch_id: int) -> None:
         t = time.perf_counter()
-        decoded = batch.select(from_avro(F.expr("substring(value, 6)"), schema_json).alias("v")).select("v.*")
+        # The same output as streamling's: the query's columns plus the CDC op from the dbz.op header.
+        op = F.expr("CASE lower(cast(try_element_at(filter(headers, h -> h.key = 'dbz.op'), 1).value AS STRING)) "
+                    "WHEN 'u' THEN 'u' WHEN 'd' THEN 'd' ELSE 'i' END")
+        decoded = (batch.select(from_avro(F.expr("substring(value, 6)"), schema_json).alias("v"), op.alias("_gs_op"))
+                   .select("v.*", "_gs_op"))
         decoded.createOrReplaceTempView("src")
-        out = batch.sparkSession.sql(query.sql)
+        out = batch.sparkSession.sql(query.sql.replace(" FROM src", ", _gs_op FROM src"))
         if plans is not None and not plans:
             plans.append(executed_plan(out))
         out.write.format("noop").mode("overwrite").save()
