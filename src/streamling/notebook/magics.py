@@ -270,8 +270,13 @@ class StreamlingMagics(Magics):
             monitor.set_status("running")
             if not args.wait:
                 display(monitor)
-                if any(body.get("type") == "print" for kind, body in nb.nodes.values() if kind == "sink"):
-                    display(printed)
+                if printed is not None and any(body.get("type") == "print"
+                                               for kind, body in nb.nodes.values() if kind == "sink"):
+                    bundle = printed._repr_mimebundle_()
+                    bundle = dict(bundle[0] if isinstance(bundle, tuple) else bundle)
+                    # What headless renderers show instead of the live area (a --wait run prints in its cell).
+                    bundle["text/plain"] = "print sink rows appear here while the pipeline runs"
+                    display(bundle, raw=True)
         if args.wait:
             return self._wait(args.timeout)
         return None
