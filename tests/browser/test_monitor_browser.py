@@ -81,7 +81,9 @@ def _write_lab_settings(settings_dir: Path) -> None:
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[Lab]:
     if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+        # `fixtures/dev test` installs it; a missing browser must not turn the test into a silent skip.
+        pytest.fail(f"{CHROMIUM} is missing: run the tests with `fixtures/dev test` (it installs chromium) "
+                    "or apt-get install chromium")
     root = tmp_path / "notebooks"
     root.mkdir()
     private = tmp_path / "jupyter"
