@@ -184,3 +184,17 @@ def test_widget_stream_appends_from_threads() -> None:
     texts = sorted(o["text"] for o in out.outputs)
     assert texts == sorted(f"line {i}\n" for i in range(20))
     assert all(o["name"] == "stdout" for o in out.outputs)
+
+
+def test_debug_changes_without_a_key_compare_rows_as_multisets() -> None:
+    import pyarrow as pa
+
+    from streamling.notebook.session import Capture, DebugResult
+
+    before = pa.table({"v": [1, 1, 2, 3]})
+    after = pa.table({"v": [1, 2, 2, 4], "w": ["a", "a", "a", "a"]})
+    same_cols = DebugResult("t", Capture("t", 0, {}, {}, "run"), before, after.select(["v"]))
+    assert same_cols.changes() == {"columns_added": [], "columns_removed": [], "rows_before": 4,
+                                   "rows_after": 4, "rows_added": 2, "rows_removed": 2, "rows_changed": 0}
+    widened = DebugResult("t", Capture("t", 0, {}, {}, "run"), before, after).changes()
+    assert widened["columns_added"] == ["w"] and widened["rows_added"] == 4 and widened["rows_removed"] == 4

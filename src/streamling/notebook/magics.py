@@ -296,6 +296,9 @@ class StreamlingMagics(Magics):
         return self._status()
 
     def _status(self) -> render.Rendered:
+        monitor = self.pipeline.monitor
+        if monitor is not None:  # the monitor's summary says all the plain status does, and more
+            return render.Rendered(monitor.summary_text(), html_text=monitor.summary_html())
         status = self.pipeline.status()
         lines = [f"pipeline {status['state']}" + (f" after {status['seconds']}s" if "seconds" in status else "")]
         for flow, info in status["flows"].items():
@@ -303,9 +306,6 @@ class StreamlingMagics(Magics):
                          + (f", stopped: {info['stop_reason']}" if info.get("stop_reason") else ""))
         if status.get("error"):
             lines.append(f"  error: {status['error']}")
-        monitor = self.pipeline.monitor
-        if monitor is not None:
-            return render.Rendered(monitor.summary_text(), html_text=monitor.summary_html())
         return render.Rendered("\n".join(lines))
 
     def _preview_view(self, preview: Preview, rows: int) -> render.Rendered:

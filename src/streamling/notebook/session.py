@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -101,19 +102,12 @@ class DebugResult:
             out["rows_removed"] = len(old.keys() - new.keys())
             out["rows_changed"] = sum(1 for k in new.keys() & old.keys() if new[k] != old[k])
         else:
-            def rows(items: list[dict[str, Any]]) -> list[str]:
-                return [repr(sorted(r.items())) for r in items]
+            def rows(items: list[dict[str, Any]]) -> Counter[str]:
+                return Counter(repr(sorted(r.items())) for r in items)
 
-            old_list, new_list = rows(before_rows), rows(after_rows)
-            remaining = list(old_list)
-            added = 0
-            for r in new_list:
-                if r in remaining:
-                    remaining.remove(r)
-                else:
-                    added += 1
-            out["rows_added"] = added
-            out["rows_removed"] = len(remaining)
+            old_rows, new_rows = rows(before_rows), rows(after_rows)  # multisets: duplicates count
+            out["rows_added"] = (new_rows - old_rows).total()
+            out["rows_removed"] = (old_rows - new_rows).total()
             out["rows_changed"] = 0
         return out
 
@@ -273,9 +267,15 @@ class NotebookPipeline:
     # --- settings, Spark, plan ----------------------------------------------------------------
 
     def settings(self, **overrides: Any) -> Settings:
+        """Settings as the CLI would load them in the notebook's folder; a relative ``state_dir``
+        is anchored there, so checkpoints do not move when the kernel's working directory does."""
         if self.application_id:
             overrides.setdefault("application_id", self.application_id)
-        return load_settings(self.config, cwd=self.cwd, overrides=overrides or None)
+        settings = load_settings(self.config, cwd=self.cwd, overrides=overrides or None)
+        state = Path(settings.state_dir)
+        if state.is_absolute():
+            return settings
+        return settings.model_copy(update={"state_dir": str((self.cwd / state).resolve())})
 
     def spark(self) -> SparkSession:
         if self._spark is None:
@@ -302,8 +302,7 @@ class NotebookPipeline:
 
     def checkpoint_root(self) -> Path:
         settings = self.settings()
-        state = Path(settings.state_dir)
-        return (state if state.is_absolute() else self.cwd / state).resolve() / settings.application_id
+        return Path(settings.state_dir) / settings.application_id
 
     def reset(self) -> Path:
         """Forget where every flow stopped: the next run starts from the sources' beginnings."""
@@ -366,8 +365,6 @@ class NotebookPipeline:
         if rows is not None:
             overrides["num_records_before_stop"] = rows
         settings = self.settings(**overrides)
-        if not Path(settings.state_dir).is_absolute():
-            settings = self.settings(state_dir=str(self.cwd / settings.state_dir), **overrides)
         bus = ev.EventBus()
         bus.sample_rows = sample_rows
         bus.count_rows = monitor is not None
