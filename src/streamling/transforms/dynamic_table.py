@@ -35,8 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import Epoch, NodeContext, Transform
 from streamling.spec.nodes import IDENTIFIER, DynamicTableTransformOptions
-from streamling.spec.sql import pin_clock, rewrite_sql, uses_clock
-from streamling.transforms.sql import _spark_message, view_name
+from streamling.transforms.sql import UpstreamSql
 
 if TYPE_CHECKING:
     import psycopg
@@ -360,17 +359,14 @@ class DynamicTableTransform(Transform):
         if registry is not None:
             registry[self.name] = self.backend
         self.reads_batch_eagerly = opts.sql is not None
-        scope = str(ctx.extras.get("scope", "p"))
-        self.views = {u.lower(): view_name(scope, u) for u in ctx.spec.upstream}
-        self.sql = rewrite_sql(opts.sql, self.views, carry_gs_op=False) if opts.sql else None
-        self.pins_clock = self.sql is not None and uses_clock(self.sql)
+        self.query = UpstreamSql(ctx, opts.sql, carry_gs_op=False) if opts.sql else None
 
     def apply(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None) -> DataFrame:
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
         column = self.opts.column
-        if self.sql is None:
+        if self.query is None:
             return spark.createDataFrame([], T.StructType([T.StructField(column, T.StringType())]))
         values = self._values(spark, inputs, epoch)
         if epoch is not None and not self.ctx.dry_run:
@@ -382,19 +378,11 @@ class DynamicTableTransform(Transform):
 
     def _values(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None) -> DataFrame:
         """The epoch's values as one text column named ``column``."""
-        from pyspark.errors import AnalysisException, ParseException
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
-        assert self.sql is not None
-        for upstream, df in inputs.items():
-            df.createOrReplaceTempView(self.views[upstream.lower()])
-        sql = pin_clock(self.sql, epoch.started_at_iso) if self.pins_clock and epoch is not None else self.sql
-        try:
-            out = spark.sql(sql)
-        except (AnalysisException, ParseException) as exc:
-            raise self.ctx.error(f"SQL fails: {_spark_message(exc)}", hint="fix the query in 'sql'",
-                                 code="sql_invalid") from exc
+        assert self.query is not None
+        out = self.query.run(spark, inputs, epoch)
         if len(out.columns) != 1:
             raise self.ctx.error(f"sql must select exactly one column (the value to store), found "
                                  f"{len(out.columns)}: {', '.join(out.columns)}", code="sql_invalid",

@@ -11,6 +11,8 @@ from streamling.spec.nodes import SqlTransformOptions
 from streamling.spec.sql import analyze_sql, pin_clock, rewrite_sql, uses_clock
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import DataFrame, SparkSession
 
 
@@ -19,36 +21,50 @@ def view_name(scope: str, node: str) -> str:
     return "__sl_" + re.sub(r"[^A-Za-z0-9_]", "_", f"{scope}__{node}")
 
 
-class SqlTransform(Transform):
-    def __init__(self, ctx: NodeContext) -> None:
-        super().__init__(ctx)
-        assert isinstance(self.options, SqlTransformOptions)
-        self.scope = str(ctx.extras.get("scope", "p"))
-        self.views = {u.lower(): view_name(self.scope, u) for u in ctx.spec.upstream}
-        self.sql = rewrite_sql(self.options.sql, self.views, carry_gs_op=True)
-        self.pins_clock = uses_clock(self.sql)
-        tables = analyze_sql(self.options.sql).dynamic_tables
-        self.checks = DynamicTableChecks(tables, self.name, ctx.extras.get("dynamic_tables"),
-                                         ctx.error) if tables else None
-        if self.checks is not None:
-            self.sql = self.checks.rewrite(self.sql)
+class UpstreamSql:
+    """A node's SQL over its upstream nodes' batches: names rewritten to per-flow temp views, and
+    ``now()`` pinned to the epoch's start. Shared by the SQL transform and a dynamic table's ``sql``."""
 
-    def apply(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None) -> DataFrame:
+    def __init__(self, ctx: NodeContext, sql: str, carry_gs_op: bool) -> None:
+        self.ctx = ctx
+        scope = str(ctx.extras.get("scope", "p"))
+        self.views = {u.lower(): view_name(scope, u) for u in ctx.spec.upstream}
+        self.sql = rewrite_sql(sql, self.views, carry_gs_op=carry_gs_op)
+        self.pins_clock = uses_clock(self.sql)
+
+    def run(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None,
+            before: Callable[[], None] | None = None) -> DataFrame:
+        """Register the inputs' views, call ``before`` (e.g. bind UDFs), and plan the query."""
         from pyspark.errors import AnalysisException, ParseException
 
         for upstream, df in inputs.items():
             df.createOrReplaceTempView(self.views[upstream.lower()])
-        sql = self.sql
-        if self.pins_clock and epoch is not None:
-            sql = pin_clock(sql, epoch.started_at_iso)
-        if self.checks is not None:  # this epoch's members of each dynamic table, read once
-            self.checks.register(spark, epoch)
+        sql = pin_clock(self.sql, epoch.started_at_iso) if self.pins_clock and epoch is not None else self.sql
+        if before is not None:
+            before()
         try:
-            out = spark.sql(sql)
+            return spark.sql(sql)
         except (AnalysisException, ParseException) as exc:
             raise self.ctx.error(f"SQL fails: {_spark_message(exc)}",
                                  hint="fix the query in 'sql'", code="sql_invalid") from exc
-        return _single_gs_op(out)
+
+
+class SqlTransform(Transform):
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        assert isinstance(self.options, SqlTransformOptions)
+        self.query = UpstreamSql(ctx, self.options.sql, carry_gs_op=True)
+        tables = analyze_sql(self.options.sql).dynamic_tables
+        self.checks = DynamicTableChecks(tables, self.name, ctx.extras.get("dynamic_tables"),
+                                         ctx.error) if tables else None
+        if self.checks is not None:
+            self.query.sql = self.checks.rewrite(self.query.sql)
+
+    def apply(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None) -> DataFrame:
+        checks = self.checks
+        # this epoch's members of each dynamic table, read once, bound before the query is planned
+        bind = (lambda: checks.register(spark, epoch)) if checks is not None else None
+        return _single_gs_op(self.query.run(spark, inputs, epoch, bind))
 
 
 def _single_gs_op(df: DataFrame) -> DataFrame:
