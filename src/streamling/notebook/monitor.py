@@ -29,6 +29,7 @@ from typing import Any
 import anywidget
 import traitlets
 
+from streamling.notebook.render import dag_depths
 from streamling.runtime import events as ev
 
 log = logging.getLogger(__name__)
@@ -83,17 +84,10 @@ def plan_graph(description: dict[str, Any]) -> dict[str, Any]:
     nodes: dict[str, dict[str, Any]] = description.get("nodes") or {}
     flow_of = {name: flow["name"] for flow in description.get("flows") or []
                for key in ("sources", "transforms", "sinks") for name in flow.get(key) or []}
-    depth: dict[str, int] = {}
-
-    def layer(name: str, seen: frozenset[str] = frozenset()) -> int:
-        if name not in depth:
-            ups = [u for u in nodes.get(name, {}).get("upstream") or [] if u in nodes and u not in seen]
-            depth[name] = 1 + max((layer(u, seen | {name}) for u in ups), default=-1)
-        return depth[name]
-
+    depth = dag_depths(nodes)
     return {
         "nodes": [{"name": name, "kind": info.get("kind", ""), "type": info.get("type", ""),
-                   "flow": flow_of.get(name, ""), "depth": layer(name),
+                   "flow": flow_of.get(name, ""), "depth": depth[name],
                    "primary_key": list(info.get("primary_key") or []),
                    "schema": list(info["schema"]) if info.get("schema") is not None else None}
                   for name, info in nodes.items()],

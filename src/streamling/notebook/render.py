@@ -16,7 +16,8 @@ KIND_COLOURS = {"source": "#e3f2fd", "transform": "#fff8e1", "sink": "#e8f5e9"}
 BOX_W, LINE_H, GAP_X, GAP_Y, PAD = 230, 15, 60, 24, 8
 
 
-def _depths(nodes: dict[str, dict[str, Any]]) -> dict[str, int]:
+def dag_depths(nodes: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Each node's column in a left-to-right DAG picture: the longest path from a source."""
     depth: dict[str, int] = {}
 
     def of(name: str, seen: frozenset[str] = frozenset()) -> int:
@@ -34,7 +35,7 @@ def _depths(nodes: dict[str, dict[str, Any]]) -> dict[str, int]:
 def dag_svg(description: dict[str, Any], max_schema_lines: int = 8) -> str:
     """Nodes in columns by depth (sources left, sinks right), each with its type and schema."""
     nodes: dict[str, dict[str, Any]] = description["nodes"]
-    depth = _depths(nodes)
+    depth = dag_depths(nodes)
     columns: dict[int, list[str]] = {}
     for name in nodes:
         columns.setdefault(depth[name], []).append(name)
