@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -127,14 +128,23 @@ def _schema_check(settings: Settings, spec: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streamling.runtime.pipeline import PipelineRun
-    from streamling.runtime.session import build_session
-
     settings, spec = _load(args)
     if args.dry_run:
         plan = _schema_check(settings, spec)
         sys.stdout.write(json.dumps(plan.describe(), indent=2) + "\n")
         return 0
+    return execute(spec, settings)
+
+
+def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None) -> int:
+    """Run a pipeline to its end in this process, as the CLI and the bundle's job driver do.
+
+    SIGTERM/SIGINT (and ``stop_after_secs``) finish the current epoch, then return 0: a stop
+    request never leaves an epoch half-written, and a supervisor may restart from the checkpoint.
+    """
+    from streamling.runtime.pipeline import PipelineRun
+    from streamling.runtime.session import build_session
+
     log.info("starting pipeline %s (application_id=%s, config=%s)", spec.source, settings.application_id,
              json.dumps(settings.masked().get("postgres_sink", {})))
     spark = build_session(settings)
@@ -149,15 +159,28 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    timer = None
+    if stop_after_secs:
+        timer = threading.Timer(stop_after_secs, pipeline.request_stop, args=(f"{stop_after_secs:g}s elapsed",))
+        timer.daemon = True
+        timer.start()
     try:
         pipeline.run()
     finally:
+        if timer is not None:
+            timer.cancel()
         progress.finish()
     log.info("pipeline finished: %s", json.dumps(pipeline.status()))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bundle"]:
+        from streamling.bundle.cli import main as bundle_main
+
+        setup_logging("text", debug=False)
+        return bundle_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.validate:
         return validate(args)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from services import parse_exports
+from services import parse_exports, start_services
 
 ROOT = Path(__file__).resolve().parents[2]
 UP = ROOT / "fixtures" / "services" / "up"
@@ -66,3 +66,58 @@ def unique_name(request: pytest.FixtureRequest) -> str:
     """A table/namespace name no other test (or earlier run) uses."""
     stem = "".join(ch if ch.isalnum() else "_" for ch in request.node.name.lower())[:30].strip("_")
     return f"t_{stem}_{uuid.uuid4().hex[:8]}"
+
+
+# --- Kafka and the schema registry (fixtures/services/up kafka registry) ----------------------------
+# If STREAMLING_TEST_KAFKA_BOOTSTRAP and STREAMLING_TEST_SCHEMA_REGISTRY_URL are already set (as
+# `fixtures/dev test` does), those services are used; otherwise the script runs once per session.
+
+_KAFKA_PREFIXES = ("STREAMLING__KAFKA_SOURCE__", "STREAMLING__KAFKA_SINK__", "STREAMLING_TEST_KAFKA_",
+             "STREAMLING_TEST_SCHEMA_REGISTRY_")
+
+
+@pytest.fixture(scope="session")
+def kafka_service() -> dict[str, str]:
+    """The services' exports: broker and schema-registry settings for sources and sinks."""
+    if os.environ.get("STREAMLING_TEST_KAFKA_BOOTSTRAP") and os.environ.get("STREAMLING_TEST_SCHEMA_REGISTRY_URL"):
+        return {k: v for k, v in os.environ.items() if k.startswith(_KAFKA_PREFIXES)}
+    exports = start_services("kafka", "registry")
+    assert "STREAMLING_TEST_KAFKA_BOOTSTRAP" in exports and "STREAMLING_TEST_SCHEMA_REGISTRY_URL" in exports, exports
+    return exports
+
+
+@pytest.fixture(scope="session")
+def kafka_environ(kafka_service: Mapping[str, str]) -> dict[str, str]:
+    """An environment for ``load_settings(environ=…)``: this process's plus the services' exports."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(_KAFKA_PREFIXES)}
+    return {**base, **kafka_service}
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_service: Mapping[str, str]) -> str:
+    return kafka_service["STREAMLING_TEST_KAFKA_BOOTSTRAP"]
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(kafka_service: Mapping[str, str]) -> str:
+    return kafka_service["STREAMLING_TEST_SCHEMA_REGISTRY_URL"]
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(kafka_bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+
+@pytest.fixture()
+def unique_topic(request: pytest.FixtureRequest, kafka_admin: Any) -> Iterator[str]:
+    """A topic name no other test (or earlier run) uses; the topic is deleted afterwards if created."""
+    stem = "".join(ch if ch.isalnum() else "_" for ch in request.node.name.lower())[:30].strip("_")
+    name = f"t_{stem}_{uuid.uuid4().hex[:8]}"
+    yield name
+    for future in kafka_admin.delete_topics([name], operation_timeout=10).values():
+        try:
+            future.result(timeout=15)
+        except Exception:  # never created, or already gone
+            pass

@@ -1,0 +1,409 @@
+"""``streamling bundle validate|deploy|run|summary|destroy|runs|logs|cancel|runner`` — the Databricks CLI's verbs.
+
+The bundle is found from the working directory upwards (or ``STREAMLING_BUNDLE_ROOT``). Errors
+go to stderr, one line per problem with file and line; results go to stdout (``-o json`` where
+Databricks has it). Exit codes: 0 success, 1 invalid bundle / failed run, 2 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from streamling.errors import StreamlingError, ValidationError
+
+
+def _kv(items: Sequence[str], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise StreamlingError(f"{what} '{item}' is not NAME=VALUE", code="bundle_usage",
+                                  hint=f"e.g. {what} threshold=900")
+        out[key.strip()] = value
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="streamling bundle", description="Deploy notebooks and pipelines as jobs.")
+    sub = p.add_subparsers(dest="verb", required=True)
+
+    def common(q: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        q.add_argument("-t", "--target", help="target name (default: the target marked default)")
+        q.add_argument("--var", action="append", default=[], help="set a bundle variable: NAME=VALUE")
+        return q
+
+    v = common(sub.add_parser("validate", help="check the bundle, every notebook and pipeline"))
+    v.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    v.add_argument("--strict", action="store_true", help="fail on warnings too")
+    d = common(sub.add_parser("deploy", help="validate, then deploy a new version and move running jobs onto it"))
+    d.add_argument("--force", action="store_true", help="production: deploy even with uncommitted changes")
+    d.add_argument("--force-lock", action="store_true", help="wait for another deploy's lock instead of failing")
+    r = common(sub.add_parser("run", help="run a deployed job"))
+    r.add_argument("job")
+    r.add_argument("--param", action="append", default=[], help="job parameter for this run: NAME=VALUE")
+    r.add_argument("--no-wait", action="store_true", help="return once the run is created")
+    r.add_argument("--restart", action="store_true", help="cancel the job's active runs first")
+    r.add_argument("--timeout", type=float, default=None, help="stop waiting after SECONDS (the run goes on)")
+    s = common(sub.add_parser("summary", help="what is deployed, what runs, what differs from the working copy"))
+    s.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    x = common(sub.add_parser("destroy", help="cancel every run and delete the target's deployments and state"))
+    x.add_argument("--auto-approve", action="store_true")
+    lr = common(sub.add_parser("runs", help="recent runs"))
+    lr.add_argument("job", nargs="?")
+    lr.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    lr.add_argument("--limit", type=int, default=20)
+    lg = common(sub.add_parser("logs", help="a run's driver log"))
+    lg.add_argument("run_id", type=int)
+    lg.add_argument("--task")
+    lg.add_argument("--attempt", type=int)
+    lg.add_argument("-f", "--follow", action="store_true")
+    c = common(sub.add_parser("cancel", help="cancel a run (or every active run of --job)"))
+    c.add_argument("run_id", type=int, nargs="?")
+    c.add_argument("--job")
+    common(sub.add_parser("runner", help="run the job runner in the foreground (e.g. under systemd)"))
+    return p
+
+
+def _bundle(args: argparse.Namespace) -> Any:
+    from streamling.bundle.model import find_bundle_root, load_bundle
+
+    root = Path(os.environ.get("STREAMLING_BUNDLE_ROOT") or find_bundle_root(Path.cwd()))
+    return load_bundle(root, target=args.target, variables=_kv(args.var, "--var"))
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text + ("\n" if not text.endswith("\n") else ""))
+    sys.stdout.flush()
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from streamling.bundle.deploy import build
+
+    bundle = _bundle(args)
+    builds = build(bundle)
+    warnings = list(bundle.warnings) + [w for tasks in builds.values() for tb in tasks.values()
+                                        if tb.compiled is not None for w in tb.compiled.warnings]
+    if args.output == "json":
+        _out(json.dumps({**bundle.to_json(), "warnings": warnings}, indent=2, default=str))
+    else:
+        for w in warnings:
+            sys.stderr.write(f"Warning: {w}\n")
+        tasks = sum(len(t) for t in builds.values())
+        _out(f"Name: {bundle.name}\nTarget: {bundle.target.name}\nRoot: {bundle.target.root_path}\n"
+             f"Validation OK: {len(builds)} jobs, {tasks} tasks")
+    return 1 if args.strict and warnings else 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from streamling.bundle.deploy import deploy
+    from streamling.bundle.runner import ensure_runner
+    from streamling.bundle.store import Store
+    from streamling.bundle.workspace import Workspace
+
+    bundle = _bundle(args)
+    for w in bundle.warnings:
+        sys.stderr.write(f"Warning: {w}\n")
+    started = time.monotonic()
+    result = deploy(bundle, force=args.force, force_lock=args.force_lock)
+    ws = Workspace(bundle.target.root_path)
+    store = Store(ws.store_path)
+    active = {r.job_key: r.id for r in store.runs(active_only=True, limit=1000)}
+    if result.skipped:
+        _out(f"Deployment {result.version} is up to date: nothing changed, running jobs left untouched.")
+    else:
+        _out(f"Deployed version {result.version} of '{bundle.name}' to target '{bundle.target.name}' "
+             f"({ws.root}) in {time.monotonic() - started:.1f}s")
+        for key in result.added:
+            _out(f"  + {key}")
+        for key, tasks in result.changed.items():
+            note = f"; run {active[key]} moves to it after its current epoch" if key in active else ""
+            _out(f"  ~ {key} (changed: {', '.join(tasks)}{note})")
+        for key in result.unchanged:
+            _out(f"  = {key} (unchanged{'; run ' + str(active[key]) + ' keeps running' if key in active else ''})")
+        for key in result.removed:
+            _out(f"  - {key}{' (its run is cancelled)' if key in active else ''}")
+    ensure_runner(ws)
+    return 0
+
+
+def _wait_request(store: Any, request_id: int, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = store.request_result(request_id)
+        if result is not None:
+            return dict(result)
+        time.sleep(0.1)
+    raise StreamlingError("the job runner did not answer", code="bundle_runner", user=False,
+                          hint="see runner.log under the target root")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from streamling.bundle.deploy import deploy
+    from streamling.bundle.runner import ensure_runner
+    from streamling.bundle.store import Store
+    from streamling.bundle.workspace import Workspace
+
+    bundle = _bundle(args)
+    ws = Workspace(bundle.target.root_path)
+    if ws.current_version() is None:
+        raise StreamlingError(f"target '{bundle.target.name}' has no deployment yet", code="bundle_not_deployed",
+                              hint="run `streamling bundle deploy` first")
+    if args.var:  # run-time variables apply to this run: deploy what they resolve to (a no-op when equal)
+        deploy(bundle)
+    deployment = ws.deployment() or {}
+    if args.job not in deployment.get("jobs", {}):
+        import difflib
+
+        close = difflib.get_close_matches(args.job, list(deployment.get("jobs", {})), n=1)
+        raise StreamlingError(f"job '{args.job}' is not deployed to target '{bundle.target.name}'",
+                              code="bundle_unknown_job",
+                              hint=f"did you mean '{close[0]}'?" if close else
+                              f"deployed jobs: {', '.join(deployment.get('jobs', {})) or 'none'}")
+    params = _kv(args.param, "--param")
+    store = Store(ws.store_path)
+    ensure_runner(ws)
+    if args.restart:
+        _wait_request(store, store.request("cancel_job", job_key=args.job))
+        cancel_deadline = time.monotonic() + 60
+        while store.runs(args.job, active_only=True, limit=1) and time.monotonic() < cancel_deadline:
+            time.sleep(0.2)
+    result = _wait_request(store, store.request("run", job_key=args.job, params=params))
+    if "error" in result:
+        raise StreamlingError(str(result["error"]), code="bundle_run")
+    run_id = int(result["run_id"])
+    _out(f"Run {run_id} of job '{args.job}' created (logs: streamling bundle logs {run_id})")
+    if args.no_wait:
+        return 0
+    continuous = bool(deployment["jobs"][args.job].get("continuous"))
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    last = None
+    while True:
+        run = store.run(run_id)
+        assert run is not None
+        if run.state != last:
+            _out(f"Run {run_id}: {run.state}")
+            last = run.state
+        if not run.active:
+            break
+        if continuous and run.state == "running":
+            _out(f"Run {run_id} is a continuous job: it keeps running (cancel with `streamling bundle cancel "
+                 f"{run_id}`)")
+            return 0
+        if deadline is not None and time.monotonic() > deadline:
+            _out(f"Run {run_id} still {run.state} after {args.timeout:g}s; it goes on")
+            return 0
+        time.sleep(0.5)
+    if run.state != "succeeded":
+        sys.stderr.write(f"Error: run {run_id} {run.state}: {run.message}\n")
+        return 1
+    return 0
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    from streamling.bundle.deploy import build
+    from streamling.bundle.runner import runner_running
+    from streamling.bundle.store import Store
+    from streamling.bundle.workspace import Workspace
+
+    bundle = _bundle(args)
+    ws = Workspace(bundle.target.root_path)
+    deployment = ws.deployment()
+    store = Store(ws.store_path)
+    local = {key: {t.key: tb.record(bundle)["fingerprint"] for t, tb in ((tb.task, tb) for tb in tasks.values())}
+             for key, tasks in build(bundle).items()}
+    jobs: dict[str, Any] = {}
+    for key, job in (deployment or {}).get("jobs", {}).items():
+        deployed = {t["task_key"]: t["fingerprint"] for t in job["tasks"]}
+        runs = store.runs(key, limit=1)
+        jobs[key] = {"name": job.get("name"),
+                     "trigger": "continuous" if job.get("continuous") else "schedule" if job.get("schedule") else
+                     "periodic" if job.get("periodic") else "manual",
+                     "pause_status": _pause_status(job),
+                     "last_run": {"id": runs[0].id, "state": runs[0].state} if runs else None,
+                     "working_copy": "not in the working copy" if key not in local else
+                     "up to date" if local[key] == deployed else
+                     "differs (" + ", ".join(sorted(t for t in set(local[key]) | set(deployed)
+                                                   if local[key].get(t) != deployed.get(t))) + ")"}
+    for key in set(local) - set(jobs):
+        jobs[key] = {"working_copy": "not deployed yet"}
+    summary = {"name": bundle.name, "target": bundle.target.name, "root_path": str(ws.root),
+               "deployment": None if deployment is None else {
+                   "version": deployment["version"], "user": deployment.get("user"), "git": deployment.get("git"),
+                   "deployed_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(deployment["created_at"]))},
+               "runner": "running" if runner_running(ws) else "stopped", "jobs": jobs}
+    if args.output == "json":
+        _out(json.dumps(summary, indent=2, default=str))
+        return 0
+    dep = summary["deployment"]
+    _out(f"Name: {bundle.name}\nTarget: {bundle.target.name}\nRoot: {ws.root}\n"
+         + (f"Deployment: version {dep['version']} by {dep['user']} at {dep['deployed_at']}"
+            + (f" (git {str(dep['git'].get('commit', ''))[:10]})" if dep.get("git") else "") if dep else
+            "Deployment: none") + f"\nRunner: {summary['runner']}\nJobs:")
+    for key, info in jobs.items():
+        last = info.get("last_run")
+        _out(f"  {key}: {info.get('name', '')} · {info.get('trigger', '-')} {info.get('pause_status') or ''} · "
+             f"last run {str(last['id']) + ' ' + last['state'] if last else '-'} · {info['working_copy']}")
+    return 0
+
+
+def _pause_status(job: dict[str, Any]) -> str | None:
+    for section in (job.get("continuous"), job.get("schedule"), job.get("periodic")):
+        if isinstance(section, str):
+            return section
+        if isinstance(section, dict) and section.get("pause_status"):
+            return str(section["pause_status"])
+    return None
+
+
+def cmd_destroy(args: argparse.Namespace) -> int:
+    from streamling.bundle.runner import ensure_runner, runner_running
+    from streamling.bundle.store import Store
+    from streamling.bundle.workspace import Workspace
+
+    bundle = _bundle(args)
+    ws = Workspace(bundle.target.root_path)
+    if not ws.root.exists():
+        _out(f"Nothing to destroy at {ws.root}")
+        return 0
+    if not args.auto_approve:
+        if not sys.stdin.isatty():
+            raise StreamlingError("destroy deletes every deployment, checkpoint and run log of target "
+                                  f"'{bundle.target.name}' ({ws.root})", code="bundle_confirm",
+                                  hint="pass --auto-approve to confirm")
+        answer = input(f"Delete everything under {ws.root} (deployments, checkpoints, run logs)? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            return 1
+    store = Store(ws.store_path)
+    active = store.runs(active_only=True, limit=1000)
+    if active:
+        ensure_runner(ws)
+        for run in active:
+            _wait_request(store, store.request("cancel", run_id=run.id))
+        deadline = time.monotonic() + 60
+        while store.runs(active_only=True, limit=1) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    if runner_running(ws):
+        _wait_request(store, store.request("shutdown"))
+        deadline = time.monotonic() + 30
+        while runner_running(ws) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    store.close()
+    shutil.rmtree(ws.root, ignore_errors=True)
+    _out(f"Destroyed target '{bundle.target.name}': {ws.root} deleted ({len(active)} runs cancelled)")
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from streamling.bundle.store import Store
+    from streamling.bundle.workspace import Workspace
+
+    bundle = _bundle(args)
+    store = Store(Workspace(bundle.target.root_path).store_path)
+    runs = store.runs(args.job, limit=args.limit)
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        attempts = [dict(a) for a in store.attempts(run.id)]
+        rows.append({"run_id": run.id, "job": run.job_key, "state": run.state, "trigger": run.trigger,
+                     "deployment": run.deployment, "params": run.params, "created_at": run.created_at,
+                     "started_at": run.started_at, "ended_at": run.ended_at, "message": run.message,
+                     "attempts": attempts})
+    if args.output == "json":
+        _out(json.dumps(rows, indent=2, default=str))
+        return 0
+    _out(f"{'RUN':>5}  {'JOB':<24} {'STATE':<10} {'TRIGGER':<10} {'ATTEMPTS':>8}  {'STARTED':<19}  MESSAGE")
+    for row in rows:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["started_at"])) if row["started_at"] else "-"
+        _out(f"{row['run_id']:>5}  {row['job']:<24} {row['state']:<10} {row['trigger']:<10} "
+             f"{len(row['attempts']):>8}  {started:<19}  {row['message'] or ''}")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from streamling.bundle.store import Store
+    from streamling.bundle.workspace import Workspace
+
+    bundle = _bundle(args)
+    store = Store(Workspace(bundle.target.root_path).store_path)
+    attempts = [a for a in store.attempts(args.run_id) if (not args.task or a["task_key"] == args.task)
+                and (not args.attempt or a["number"] == args.attempt)]
+    if not attempts:
+        raise StreamlingError(f"run {args.run_id} has no attempt{' of task ' + args.task if args.task else ''} yet",
+                              code="bundle_no_logs", hint="list runs with `streamling bundle runs`")
+    for attempt in attempts:
+        _out(f"=== run {args.run_id} · task {attempt['task_key']} · attempt {attempt['number']} · {attempt['state']}")
+        try:
+            _out(Path(attempt["log_path"]).read_text(errors="replace"))
+        except OSError:
+            _out("(no log)")
+    if args.follow:
+        path, offset = Path(attempts[-1]["log_path"]), Path(attempts[-1]["log_path"]).stat().st_size
+        while True:
+            run = store.run(args.run_id)
+            with open(path, errors="replace") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+                offset = handle.tell()
+            if chunk:
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+            if run is None or not run.active:
+                return 0
+            time.sleep(0.5)
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from streamling.bundle.runner import ensure_runner
+    from streamling.bundle.store import Store
+    from streamling.bundle.workspace import Workspace
+
+    if (args.run_id is None) == (args.job is None):
+        raise StreamlingError("give a RUN_ID or --job JOB", code="bundle_usage")
+    bundle = _bundle(args)
+    ws = Workspace(bundle.target.root_path)
+    store = Store(ws.store_path)
+    ensure_runner(ws)
+    if args.job:
+        result = _wait_request(store, store.request("cancel_job", job_key=args.job))
+        _out(f"Cancelling runs {result.get('cancelled')} of job '{args.job}' (each stops after its current epoch)")
+    else:
+        result = _wait_request(store, store.request("cancel", run_id=args.run_id))
+        _out(f"Cancelling run {args.run_id} (it stops after its current epoch)" if result.get("cancelled") else
+             f"Run {args.run_id} is not active")
+    return 0
+
+
+def cmd_runner(args: argparse.Namespace) -> int:
+    from streamling.bundle.runner import main as runner_main
+
+    return runner_main([_bundle(args).target.root_path])
+
+
+COMMANDS = {"validate": cmd_validate, "deploy": cmd_deploy, "run": cmd_run, "summary": cmd_summary,
+            "destroy": cmd_destroy, "runs": cmd_runs, "logs": cmd_logs, "cancel": cmd_cancel, "runner": cmd_runner}
+
+
+def main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(list(argv))
+    try:
+        return COMMANDS[args.verb](args)
+    except ValidationError as exc:
+        for problem in exc.problems:
+            sys.stderr.write(f"Error: {problem.headline()}\n")
+            for context in problem.context:
+                sys.stderr.write(f"  while {context}\n")
+        sys.stderr.write(f"Found {len(exc.problems)} error{'s' if len(exc.problems) != 1 else ''}\n")
+        return 1
+    except StreamlingError as exc:
+        sys.stderr.write(f"Error: {exc.headline()}\n")
+        return 1 if exc.user else 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,550 @@
+"""The job runner: one supervisor process per target root, owning the lifecycle of every run.
+
+It starts task drivers (``streamling.bundle.driver``) as child processes in their own sessions,
+retries failed attempts (``max_retries`` after ``min_retry_interval_millis``), enforces
+``timeout_seconds``, fires schedules and periodic triggers, keeps one run of each unpaused
+continuous job alive (restarting it from its checkpoint with a growing back-off after failures),
+holds ``max_concurrent_runs`` (further runs wait their turn), sends notifications, and moves
+running jobs onto a new deployment: a task whose definition changed is stopped after its current
+epoch (SIGTERM) and restarted on the same checkpoint; an unchanged one is left alone.
+
+The CLI never touches run state: it files requests in the store and reads. The runner holds an
+OS lock on ``runner.lock`` for its whole life, so there is never a second one and a dead
+runner's lock is free at once. Drivers survive a runner restart; the new runner adopts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from streamling.bundle.cron import QuartzSchedule
+from streamling.bundle.store import Store
+from streamling.bundle.workspace import Workspace
+
+log = logging.getLogger("streamling.bundle.runner")
+
+TICK_SECS = 0.5
+STOP_GRACE_SECS = 25.0  # Streamling's shutdown budget: an epoch in flight gets this long to finish
+IDLE_EXIT_SECS = 15.0
+PERIOD_UNIT_SECS = {"MINUTES": 60, "HOURS": 3600, "DAYS": 86400, "WEEKS": 604800}
+CONTINUOUS_BACKOFF_MAX_SECS = 300.0
+
+
+@dataclass
+class Attempt:
+    id: int
+    run_id: int
+    task_key: str
+    number: int
+    deployment: int
+    pid: int
+    log_path: Path
+    started: float
+    proc: subprocess.Popen[bytes] | None = None
+    stopping: str | None = None  # cancel | redeploy | timeout | job_timeout
+    term_sent: float | None = None
+
+    def exit_code(self) -> int | None:
+        """The driver's exit code once it ended (None while it runs)."""
+        if self.proc is not None:
+            code = self.proc.poll()
+            if code is None:
+                return None
+        elif _alive(self.pid):
+            return None
+        exit_file = Path(f"{self.log_path}.exit")
+        try:
+            return int(exit_file.read_text().strip())
+        except (OSError, ValueError):
+            return self.proc.returncode if self.proc is not None else -9
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+class Runner:
+    def __init__(self, root: Path) -> None:
+        self.ws = Workspace(str(root))
+        self.store = Store(self.ws.store_path)
+        self.attempts: dict[int, Attempt] = {}
+        self.deployment: dict[str, Any] | None = None
+        self.version: int | None = None
+        self._stop = threading.Event()
+        self._idle_since: float | None = None
+
+    # --- main loop --------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        self._adopt()
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - the supervisor must outlive one bad tick
+                log.exception("runner tick failed")
+            if self._idle():
+                log.info("nothing to run or schedule; the runner exits (any bundle command starts it again)")
+                return
+            self._stop.wait(TICK_SECS)
+
+    def tick(self) -> None:
+        now = time.time()
+        self._load_deployment()
+        self._handle_requests()
+        self._fire_triggers(now)
+        self._reap(now)
+        self._advance_runs(now)
+
+    def _idle(self) -> bool:
+        busy = bool(self.attempts) or bool(self.store.runs(active_only=True, limit=1)) \
+            or bool(self.store.pending_requests()) or self._has_live_triggers()
+        if busy:
+            self._idle_since = None
+            return False
+        self._idle_since = self._idle_since or time.time()
+        return time.time() - self._idle_since > IDLE_EXIT_SECS
+
+    def _has_live_triggers(self) -> bool:
+        for job in (self.deployment or {}).get("jobs", {}).values():
+            if _unpaused(job.get("continuous")) or _unpaused(job.get("schedule")) or _unpaused(job.get("periodic")):
+                return True
+        return False
+
+    # --- deployments ------------------------------------------------------------------------------
+
+    def _load_deployment(self) -> None:
+        version = self.ws.current_version()
+        if version is None or version == self.version:
+            return
+        new = self.ws.deployment(version)
+        if new is None:
+            return
+        old, self.deployment, self.version = self.deployment, new, version
+        if old is None:
+            return
+        log.info("deployment %s is live (was %s)", version, old["version"])
+        for attempt in list(self.attempts.values()):
+            run = self.store.run(attempt.run_id)
+            if run is None:
+                continue
+            job = new["jobs"].get(run.job_key)
+            if job is None:
+                self._stop_attempt(attempt, "cancel")
+                self.store.set_run(run.id, message=f"job '{run.job_key}' was removed by deployment {version}")
+                continue
+            before = self._task_record(attempt.deployment, run.job_key, attempt.task_key)
+            after = next((t for t in job["tasks"] if t["task_key"] == attempt.task_key), None)
+            if after is None:
+                self._stop_attempt(attempt, "cancel")
+            elif before is None or before["fingerprint"] != after["fingerprint"]:
+                log.info("run %d task '%s': definition changed in deployment %s; stopping after the current "
+                         "epoch and resuming from the same checkpoint", run.id, attempt.task_key, version)
+                self._stop_attempt(attempt, "redeploy")
+        for run in self.store.runs(active_only=True, limit=1000):
+            if run.job_key in new["jobs"]:
+                self.store.set_run(run.id, deployment=version)
+
+    def _task_record(self, version: int, job_key: str, task_key: str) -> dict[str, Any] | None:
+        dep = self.deployment if version == self.version else self.ws.deployment(version)
+        job = (dep or {}).get("jobs", {}).get(job_key)
+        return next((t for t in job["tasks"] if t["task_key"] == task_key), None) if job else None
+
+    # --- requests from the CLI --------------------------------------------------------------------
+
+    def _handle_requests(self) -> None:
+        for req in self.store.pending_requests():
+            kind, job_key = req["kind"], req["job_key"]
+            result: dict[str, Any]
+            if kind == "shutdown":
+                self.store.handled(req["id"], {"ok": True})
+                self._stop.set()
+                return
+            if kind == "run":
+                if self.deployment is None or job_key not in self.deployment["jobs"]:
+                    result = {"error": f"job '{job_key}' is not deployed"}
+                else:
+                    run_id = self._create_run(job_key, "manual", json.loads(req["params"]))
+                    result = {"run_id": run_id}
+            elif kind == "cancel":
+                result = {"cancelled": self._cancel_run(int(req["run_id"]), "cancelled by request")}
+            elif kind == "cancel_job":
+                ids = [r.id for r in self.store.runs(job_key, active_only=True, limit=1000)]
+                for run_id in ids:
+                    self._cancel_run(run_id, "cancelled by request")
+                result = {"cancelled": ids}
+            else:
+                result = {"error": f"unknown request '{kind}'"}
+            self.store.handled(req["id"], result)
+
+    def _create_run(self, job_key: str, trigger: str, params: dict[str, str]) -> int:
+        assert self.deployment is not None and self.version is not None
+        job = self.deployment["jobs"][job_key]
+        run_id = self.store.create_run(job_key, self.version, trigger, params, [t["task_key"] for t in job["tasks"]])
+        log.info("run %d of job '%s' created (%s)", run_id, job_key, trigger)
+        return run_id
+
+    def _cancel_run(self, run_id: int, message: str) -> bool:
+        run = self.store.run(run_id)
+        if run is None or not run.active:
+            return False
+        running = [a for a in self.attempts.values() if a.run_id == run_id]
+        for attempt in running:
+            self._stop_attempt(attempt, "cancel")
+        for task in self.store.tasks(run_id):
+            if task["state"] in ("pending", "waiting_retry"):
+                self.store.set_task(run_id, task["task_key"], state="cancelled", ended_at=time.time())
+        self.store.set_run(run_id, message=message)
+        if not running:
+            self._finish_run(run_id, "cancelled", message)
+        return True
+
+    # --- schedules, periodic triggers, continuous jobs ----------------------------------------------
+
+    def _fire_triggers(self, now: float) -> None:
+        if self.deployment is None:
+            return
+        deployed_at = float(self.deployment["created_at"])
+        for key, job in self.deployment["jobs"].items():
+            state = self.store.job_state(key)
+            last = state["last_fire"] if state and state["last_fire"] else None
+            if _unpaused(job.get("continuous")):
+                not_before = float(state["not_before"] or 0) if state else 0.0
+                if not self.store.runs(key, active_only=True, limit=1) and now >= not_before:
+                    self.store.set_job_state(key, last_fire=now)
+                    self._create_run(key, "continuous", {})
+                continue
+            schedule = job.get("schedule")
+            if _unpaused(schedule):
+                cron = QuartzSchedule(schedule["quartz_cron_expression"], schedule.get("timezone_id") or "UTC")
+                due = cron.next_after(datetime.fromtimestamp(last or deployed_at, UTC)).timestamp()
+                if now >= due:
+                    self.store.set_job_state(key, last_fire=now)
+                    self._create_run(key, "schedule", {})
+            periodic = job.get("periodic")
+            if _unpaused(periodic):
+                every = int(periodic["interval"]) * PERIOD_UNIT_SECS[periodic["unit"]]
+                if now >= (last or deployed_at) + every:
+                    self.store.set_job_state(key, last_fire=now)
+                    self._create_run(key, "periodic", {})
+
+    # --- attempts ----------------------------------------------------------------------------------
+
+    def _adopt(self) -> None:
+        """Drivers started by an earlier runner keep running; follow them to their end."""
+        for row in self.store.running_attempts():
+            self.attempts[row["id"]] = Attempt(row["id"], row["run_id"], row["task_key"], row["number"],
+                                               row["deployment"], row["pid"] or 0, Path(row["log_path"]),
+                                               row["started_at"])
+            log.info("following run %d task '%s' (pid %s) started by an earlier runner", row["run_id"],
+                     row["task_key"], row["pid"])
+
+    def _launch(self, run_id: int, job_key: str, task_key: str, params: dict[str, str]) -> None:
+        assert self.version is not None
+        task = self.store.query("SELECT attempts FROM tasks WHERE run_id=? AND task_key=?", (run_id, task_key))[0]
+        number = int(task["attempts"]) + 1
+        log_path = self.ws.logs / f"run-{run_id}" / f"{task_key}-{number}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "streamling.bundle.driver", "--root", str(self.ws.root),
+               "--deployment", str(self.version), "--job", job_key, "--task", task_key,
+               "--params", json.dumps(params), "--exit-file", f"{log_path}.exit"]
+        attempt_id = self.store.start_attempt(run_id, task_key, number, self.version, str(log_path))
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=str(self.ws.root))
+        self.store.set_attempt(attempt_id, pid=proc.pid)
+        self.store.set_task(run_id, task_key, state="running", attempts=number, started_at=time.time(),
+                            retry_at=None)
+        self.attempts[attempt_id] = Attempt(attempt_id, run_id, task_key, number, self.version, proc.pid, log_path,
+                                            time.time(), proc)
+        log.info("run %d task '%s' attempt %d started (pid %d, deployment %d)", run_id, task_key, number, proc.pid,
+                 self.version)
+
+    def _stop_attempt(self, attempt: Attempt, why: str) -> None:
+        if attempt.stopping is None or why == "cancel":
+            attempt.stopping = why
+        if attempt.term_sent is None:
+            attempt.term_sent = time.time()
+            _signal(attempt.pid, signal.SIGTERM)
+
+    def _reap(self, now: float) -> None:
+        for attempt in list(self.attempts.values()):
+            if attempt.term_sent is not None and now - attempt.term_sent > STOP_GRACE_SECS:
+                log.warning("run %d task '%s': no exit %ds after SIGTERM; killing it", attempt.run_id,
+                            attempt.task_key, STOP_GRACE_SECS)
+                _signal(attempt.pid, signal.SIGKILL)
+                attempt.term_sent = now  # one SIGKILL per grace period
+            self._check_timeouts(attempt, now)
+            code = attempt.exit_code()
+            if code is None:
+                continue
+            del self.attempts[attempt.id]
+            self._attempt_ended(attempt, code, now)
+
+    def _check_timeouts(self, attempt: Attempt, now: float) -> None:
+        if attempt.stopping is not None:
+            return
+        record = self._task_record(attempt.deployment, self._job_of(attempt.run_id), attempt.task_key) or {}
+        limit = int(record.get("timeout_seconds") or 0)
+        if limit and now - attempt.started > limit:
+            log.warning("run %d task '%s' exceeded timeout_seconds=%d", attempt.run_id, attempt.task_key, limit)
+            self._stop_attempt(attempt, "timeout")
+            return
+        run = self.store.run(attempt.run_id)
+        job = (self.deployment or {}).get("jobs", {}).get(run.job_key if run else "", {})
+        job_limit = int(job.get("timeout_seconds") or 0)
+        if run is not None and job_limit and run.started_at and now - run.started_at > job_limit:
+            self._stop_attempt(attempt, "job_timeout")
+
+    def _job_of(self, run_id: int) -> str:
+        run = self.store.run(run_id)
+        return run.job_key if run else ""
+
+    def _attempt_ended(self, attempt: Attempt, code: int, now: float) -> None:
+        run_id, key = attempt.run_id, attempt.task_key
+        why = attempt.stopping
+        if why == "redeploy":
+            state, message = "redeployed", f"stopped to move to deployment {self.version}"
+        elif why == "cancel":
+            state, message = "cancelled", "cancelled"
+        elif why in ("timeout", "job_timeout"):
+            state, message = "timed_out", "timed out"
+        elif code == 0:
+            state, message = "succeeded", "finished"
+        else:
+            state, message = "failed", _failure_line(attempt.log_path, code)
+        self.store.set_attempt(attempt.id, state=state, ended_at=now, exit_code=code, reason=message)
+        log.info("run %d task '%s' attempt %d %s (exit %d)", run_id, key, attempt.number, state, code)
+        if state == "redeployed":
+            self.store.set_task(run_id, key, state="pending", message=message)
+            return
+        if state == "succeeded":
+            self.store.set_task(run_id, key, state="succeeded", ended_at=now, message=message)
+            return
+        if state == "cancelled" or why == "job_timeout":
+            self.store.set_task(run_id, key, state="cancelled" if state == "cancelled" else "timed_out",
+                                ended_at=now, message=message)
+            return
+        record = self._task_record(attempt.deployment, self._job_of(run_id), key) or {}
+        retries = int(record.get("max_retries") or 0)
+        retry = (state == "failed" or bool(record.get("retry_on_timeout"))) and \
+            (retries < 0 or attempt.number <= retries)
+        if retry:
+            wait = int(record.get("min_retry_interval_millis") or 0) / 1000
+            self.store.set_task(run_id, key, state="waiting_retry", retry_at=now + wait, message=message)
+            log.info("run %d task '%s' will be retried in %.1fs (attempt %d of %s)", run_id, key, wait,
+                     attempt.number + 1, "unlimited" if retries < 0 else retries + 1)
+        else:
+            self.store.set_task(run_id, key, state="failed", ended_at=now, message=message)
+
+    # --- runs ----------------------------------------------------------------------------------------
+
+    def _advance_runs(self, now: float) -> None:
+        if self.deployment is None:
+            return
+        active = self.store.runs(active_only=True, limit=1000)
+        running_by_job: dict[str, int] = {}
+        for run in active:
+            if run.state == "running":
+                running_by_job[run.job_key] = running_by_job.get(run.job_key, 0) + 1
+        for run in sorted(active, key=lambda r: r.id):
+            job = self.deployment["jobs"].get(run.job_key)
+            if job is None:
+                if not any(a.run_id == run.id for a in self.attempts.values()):
+                    self._finish_run(run.id, "cancelled", "the job is no longer deployed")
+                continue
+            if run.state == "pending":
+                limit = int(job.get("max_concurrent_runs") or 1)
+                if running_by_job.get(run.job_key, 0) >= limit:
+                    continue  # waits its turn: max_concurrent_runs holds
+                running_by_job[run.job_key] = running_by_job.get(run.job_key, 0) + 1
+                self.store.set_run(run.id, state="running", started_at=now)
+                self._notify(run.id, job, "on_start", "running")
+            self._advance_tasks(run.id, run.job_key, job, run.params, now)
+
+    def _advance_tasks(self, run_id: int, job_key: str, job: dict[str, Any], params: dict[str, str],
+                       now: float) -> None:
+        tasks = {t["task_key"]: t for t in self.store.tasks(run_id)}
+        defs = {t["task_key"]: t for t in job["tasks"]}
+        busy = {a.task_key for a in self.attempts.values() if a.run_id == run_id}
+        for key, task in tasks.items():
+            if key in busy:
+                continue
+            deps = defs.get(key, {}).get("depends_on", [])
+            dep_states = [tasks[d]["state"] for d in deps if d in tasks]
+            if task["state"] == "pending":
+                if any(s in ("failed", "cancelled", "timed_out", "upstream_failed") for s in dep_states):
+                    self.store.set_task(run_id, key, state="upstream_failed", ended_at=now,
+                                        message="a task it depends on did not succeed")
+                elif all(s == "succeeded" for s in dep_states):
+                    self._launch(run_id, job_key, key, params)
+            elif task["state"] == "waiting_retry" and (task["retry_at"] or 0) <= now:
+                self._launch(run_id, job_key, key, params)
+        tasks = {t["task_key"]: t for t in self.store.tasks(run_id)}
+        if any(a.run_id == run_id for a in self.attempts.values()):
+            return
+        states = [t["state"] for t in tasks.values()]
+        if any(s in ("pending", "running", "waiting_retry") for s in states):
+            return
+        if all(s == "succeeded" for s in states):
+            self._finish_run(run_id, "succeeded", "all tasks succeeded")
+        elif any(s == "cancelled" for s in states):
+            self._finish_run(run_id, "cancelled", "cancelled")
+        else:
+            failed = [f"{k}: {t['message']}" for k, t in tasks.items() if t["state"] in ("failed", "timed_out")]
+            self._finish_run(run_id, "failed", "; ".join(failed) or "a task did not succeed")
+
+    def _finish_run(self, run_id: int, state: str, message: str) -> None:
+        run = self.store.run(run_id)
+        if run is None or not run.active:
+            return
+        self.store.set_run(run_id, state=state, ended_at=time.time(), message=message)
+        log.info("run %d of job '%s' %s: %s", run_id, run.job_key, state, message)
+        job = (self.deployment or {}).get("jobs", {}).get(run.job_key)
+        if job is None:
+            return
+        if state in ("succeeded", "failed"):
+            self._notify(run_id, job, "on_success" if state == "succeeded" else "on_failure", state)
+        if run.trigger == "continuous":
+            job_state = self.store.job_state(run.job_key)
+            failures = (int(job_state["failures"]) if job_state else 0) + 1 if state == "failed" else 0
+            base = max(1.0, min((int(t.get("min_retry_interval_millis") or 0) for t in job["tasks"]), default=0)
+                       / 1000)
+            delay = min(CONTINUOUS_BACKOFF_MAX_SECS, base * 2 ** (failures - 1)) if failures else 0.0
+            self.store.set_job_state(run.job_key, failures=failures, not_before=time.time() + delay)
+
+    # --- notifications -------------------------------------------------------------------------------
+
+    def _notify(self, run_id: int, job: dict[str, Any], event: str, state: str) -> None:
+        run = self.store.run(run_id)
+        payload = {"event": event, "job": {"key": run.job_key if run else None, "name": job.get("name")},
+                   "run": {"id": run_id, "state": state, "message": run.message if run else None,
+                           "trigger": run.trigger if run else None, "deployment": self.version},
+                   "bundle": (self.deployment or {}).get("name"), "target": (self.deployment or {}).get("target")}
+        for address in (job.get("email_notifications") or {}).get(event, []):
+            self.store.notification(run_id, event, "email", address, "recorded", json.dumps(payload))
+        urls = (job.get("webhook_notifications") or {}).get(event, [])
+        if urls:
+            threading.Thread(target=self._send_webhooks, args=(run_id, event, list(urls), payload), daemon=True).start()
+
+    def _send_webhooks(self, run_id: int, event: str, urls: list[str], payload: dict[str, Any]) -> None:
+        import httpx
+
+        for url in urls:
+            try:
+                response = httpx.post(url, json=payload, timeout=10)
+                status = "sent" if response.status_code < 400 else "failed"
+                detail = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                status, detail = "failed", str(exc)
+            if status == "failed":
+                log.warning("run %d: %s webhook to %s failed: %s", run_id, event, url, detail)
+            self.store.notification(run_id, event, "webhook", url, status, detail)
+
+
+def _unpaused(section: Any) -> bool:
+    """A continuous job (its pause status), a schedule or a periodic trigger that should fire."""
+    if not section:
+        return False
+    status = section.get("pause_status") if isinstance(section, dict) else section
+    return str(status or "UNPAUSED").upper() == "UNPAUSED"
+
+
+def _signal(pid: int, sig: int) -> None:
+    """Signal the driver's whole session (Spark's Python workers included)."""
+    try:
+        os.killpg(pid, sig)
+    except OSError:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def _failure_line(log_path: Path, code: int) -> str:
+    """The driver's last ERROR line, which is what a user needs from a failed attempt."""
+    if code < 0:
+        return f"the driver was killed by {signal.Signals(-code).name}"
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    errors = [line for line in lines if " ERROR " in line]
+    if errors:
+        return errors[-1].split(": ", 1)[-1][:500]
+    return f"the driver exited with code {code}"
+
+
+# --- starting the runner ----------------------------------------------------------------------------
+
+def runner_running(ws: Workspace) -> bool:
+    """True when a runner holds this root's lock."""
+    if not ws.runner_lock.exists():
+        return False
+    with open(ws.runner_lock, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
+def ensure_runner(ws: Workspace, timeout_secs: float = 15) -> None:
+    """Start this root's runner in the background unless one runs; it outlives the calling command."""
+    if runner_running(ws):
+        return
+    ws.root.mkdir(parents=True, exist_ok=True)
+    with open(ws.runner_log, "ab") as out:
+        subprocess.Popen([sys.executable, "-m", "streamling.bundle.runner", str(ws.root)], stdout=out,
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + timeout_secs
+    while time.monotonic() < deadline:
+        if runner_running(ws):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the job runner did not start; see {ws.runner_log}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="streamling-runner", description="Supervise the jobs deployed under ROOT.")
+    p.add_argument("root")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ws = Workspace(args.root)
+    ws.root.mkdir(parents=True, exist_ok=True)
+    with open(ws.runner_lock, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("a runner already supervises %s", ws.root)
+            return 0
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        runner = Runner(ws.root)
+        signal.signal(signal.SIGTERM, lambda *_: runner._stop.set())
+        log.info("runner %d supervises %s", os.getpid(), ws.root)
+        runner.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""The job runner as a user meets it through ``streamling bundle``: real processes, a real store.
+
+Tasks here are small Python files (``spark_python_task``), so retries, timeouts, schedules,
+dependencies, concurrency limits, cancellation and notifications are checked in seconds without
+a JVM; the Spark-backed jobs are in tests/integration/bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def bundle(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMLING__", "BUNDLE_VAR_"))}
+    return subprocess.run([sys.executable, "-m", "streamling.cli", "bundle", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def runs(root: Path, job: str | None = None) -> list[dict[str, Any]]:
+    proc = bundle(root, "runs", *([job] if job else []), "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    return list(reversed(json.loads(proc.stdout)))
+
+
+def wait_for(check: Any, timeout: float = 60, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class _Hooks(BaseHTTPRequestHandler):
+    received: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        type(self).received.append(json.loads(body))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def hooks() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    _Hooks.received = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hooks)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/hook", _Hooks.received
+    server.shutdown()
+
+
+@pytest.fixture
+def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator[Path]:
+    root = tmp_path / "project"
+    (root / "jobs").mkdir(parents=True)
+    (root / "jobs" / "flaky.py").write_text(textwrap.dedent("""
+        import sys, pathlib
+        marker = pathlib.Path(sys.argv[1])
+        if not marker.exists():
+            marker.write_text("failed once")
+            sys.exit("first attempt fails on purpose")
+        print("second attempt succeeds")
+    """))
+    (root / "jobs" / "record.py").write_text(textwrap.dedent("""
+        import json, os, sys, time
+        with open(sys.argv[1], "a") as out:
+            out.write(json.dumps({"t": time.time(), "params": json.loads(os.environ["STREAMLING_JOB_PARAMETERS"]),
+                                  "args": sys.argv[2:]}) + "\\n")
+        time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0)
+    """))
+    out = tmp_path / "out"
+    out.mkdir()
+    (root / "bundle.yml").write_text(textwrap.dedent(f"""
+        bundle: {{name: runner_checks}}
+        workspace: {{root_path: {tmp_path / 'root'}}}
+        resources:
+          jobs:
+            flaky:
+              tasks:
+                - task_key: main
+                  spark_python_task: {{python_file: ./jobs/flaky.py, parameters: ["{out / 'marker'}"]}}
+                  max_retries: 1
+                  min_retry_interval_millis: 300
+              webhook_notifications:
+                on_start: [{{url: "{hooks[0]}"}}]
+                on_success: [{{url: "{hooks[0]}"}}]
+              email_notifications: {{on_success: [ops@example.com]}}
+            chain:
+              parameters: [{{name: who, default: job-default}}]
+              tasks:
+                - task_key: second
+                  depends_on: [{{task_key: first}}]
+                  spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'chain.jsonl'}"]}}
+                - task_key: first
+                  spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'chain.jsonl'}"]}}
+            slow:
+              max_concurrent_runs: 1
+              tasks:
+                - task_key: main
+                  spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'slow.jsonl'}", "2"]}}
+            stuck:
+              tasks:
+                - task_key: main
+                  timeout_seconds: 1
+                  spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'stuck.jsonl'}", "60"]}}
+            ticking:
+              schedule: {{quartz_cron_expression: "0/2 * * * * ?", timezone_id: Europe/Paris, pause_status: PAUSED}}
+              tasks:
+                - task_key: main
+                  spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'ticks.jsonl'}"]}}
+        targets:
+          prod: {{default: true, mode: production}}
+    """))
+    yield root
+    bundle(root, "destroy", "--auto-approve")
+
+
+def test_retries_dependencies_parameters_concurrency_timeouts_and_notifications(
+        project: Path, hooks: tuple[str, list[dict[str, Any]]]) -> None:
+    out = project.parent / "out"
+    deployed = bundle(project, "deploy")
+    assert deployed.returncode == 0, deployed.stderr
+    assert "Deployed version 1" in deployed.stdout
+
+    # A failed attempt is retried after min_retry_interval_millis; the run succeeds on attempt 2.
+    flaky = bundle(project, "run", "flaky")
+    assert flaky.returncode == 0, flaky.stdout + flaky.stderr
+    [run] = runs(project, "flaky")
+    assert run["state"] == "succeeded"
+    assert [a["state"] for a in run["attempts"]] == ["failed", "succeeded"]
+    assert run["attempts"][1]["started_at"] - run["attempts"][0]["ended_at"] >= 0.3
+    logs = bundle(project, "logs", str(run["run_id"]))
+    assert "first attempt fails on purpose" in logs.stdout and "second attempt succeeds" in logs.stdout
+    events = wait_for(lambda: [h["event"] for h in hooks[1]] if len(hooks[1]) >= 2 else None, 10, "webhooks")
+    assert events == ["on_start", "on_success"]
+    assert hooks[1][1]["run"]["id"] == run["run_id"] and hooks[1][1]["run"]["state"] == "succeeded"
+
+    # Tasks run in depends_on order; run-time parameter values beat the job's defaults.
+    chain = bundle(project, "run", "chain", "--param", "who=run-time")
+    assert chain.returncode == 0, chain.stderr
+    lines = [json.loads(line) for line in (out / "chain.jsonl").read_text().splitlines()]
+    assert [line["params"] for line in lines] == [{"who": "run-time"}, {"who": "run-time"}]
+    assert lines[0]["t"] < lines[1]["t"]
+
+    # max_concurrent_runs: 1 — the second run waits until the first ended.
+    first = bundle(project, "run", "slow", "--no-wait")
+    second = bundle(project, "run", "slow", "--no-wait")
+    assert first.returncode == 0 and second.returncode == 0
+    slow = wait_for(lambda: (r := runs(project, "slow")) and all(x["state"] == "succeeded" for x in r) and r,
+                    60, "both slow runs")
+    assert len(slow) == 2 and slow[1]["started_at"] >= slow[0]["ended_at"]
+
+    # timeout_seconds stops the attempt; without retry_on_timeout the run fails.
+    stuck = bundle(project, "run", "stuck")
+    assert stuck.returncode == 1
+    [run] = runs(project, "stuck")
+    assert run["state"] == "failed" and run["attempts"][0]["state"] == "timed_out"
+    assert run["ended_at"] - run["started_at"] < 30
+
+    # A paused schedule never fires; unpaused (redeploy) it fires within its 2 s period.
+    assert not runs(project, "ticking")
+    text = (project / "bundle.yml").read_text().replace("pause_status: PAUSED", "pause_status: UNPAUSED")
+    (project / "bundle.yml").write_text(text)
+    redeployed = bundle(project, "deploy")
+    assert redeployed.returncode == 0, redeployed.stderr
+    assert "Deployed version 2" in redeployed.stdout
+    ticks = wait_for(lambda: [r for r in runs(project, "ticking") if r["state"] == "succeeded"], 20, "a scheduled run")
+    assert ticks[0]["trigger"] == "schedule"
+
+    # The e-mail notification is recorded in the store (no mail server here).
+    import sqlite3
+
+    with sqlite3.connect(project.parent / "root" / "runs.db") as conn:
+        emails = conn.execute("SELECT target, event FROM notifications WHERE channel='email'").fetchall()
+    assert emails == [("ops@example.com", "on_success")]
+
+
+def test_a_deploy_that_changes_nothing_is_a_no_op(project: Path) -> None:
+    assert bundle(project, "deploy").returncode == 0
+    again = bundle(project, "deploy")
+    assert again.returncode == 0, again.stderr
+    assert "Deployment 1 is up to date" in again.stdout
+    summary = json.loads(bundle(project, "summary", "-o", "json").stdout)
+    assert summary["deployment"]["version"] == 1
+    assert summary["jobs"]["flaky"]["working_copy"] == "up to date"
+    (project / "jobs" / "flaky.py").write_text("print('changed')\n")
+    # A Python file is not compiled: the task record is what decides; the files are synced on deploy.
+    (project / "bundle.yml").write_text((project / "bundle.yml").read_text().replace("max_retries: 1",
+                                                                                      "max_retries: 2"))
+    summary = json.loads(bundle(project, "summary", "-o", "json").stdout)
+    assert summary["jobs"]["flaky"]["working_copy"] == "differs (main)"
