@@ -1,0 +1,1142 @@
+"""bundle.yml → a resolved, validated ``Bundle`` for one target (Databricks Asset Bundle conventions).
+
+A bundle is a folder holding ``bundle.yml`` or ``databricks.yml``. Its keys are Databricks' so an existing
+bundle keeps working: ``include`` globs merge more YAML files into one tree, ``variables`` resolve with the CLI's
+precedence (``--var`` > ``BUNDLE_VAR_<name>`` > target > default), ``targets`` overlay their ``workspace``,
+``variables`` and ``resources`` on the top level, and ``mode: development`` prefixes, tags and pauses jobs as the
+CLI does. Only ``resources.jobs`` with notebook, Python-file and (streamling) wheel tasks can run here; keys that
+configure Databricks itself (clusters, libraries, permissions, …) are accepted with a warning, so a bundle shared
+with Databricks validates on both.
+
+Extension: ``config`` (top level) and ``targets.<t>.config`` hold streamling runtime settings with the same keys
+as ``config.yaml`` (``spark.master``, ``spark.conf``, ``application_id``, …); the target's mapping is merged over
+the top-level one. This is where a target says which Spark master runs its jobs.
+
+Everything is checked before anything is raised: ``load_bundle`` reports every problem at once, each located as
+``<file relative to the root>: <dotted path>`` with the line of that key in that file. No pyspark import here:
+``streamling bundle validate`` must stay fast and JVM-free.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import getpass
+import glob
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import ValidationError as PydanticValidationError
+
+from streamling.config.settings import Settings
+from streamling.errors import Location, StreamlingError, ValidationError
+from streamling.spec.loader import LoadedDocument, parse_yaml
+
+BUNDLE_FILES = ("bundle.yml", "bundle.yaml", "databricks.yml", "databricks.yaml")
+NOTEBOOK_HEADER = "# Databricks notebook source"
+PAYLOADS = ("notebook_task", "spark_python_task", "python_wheel_task")
+UNSUPPORTED_PAYLOADS = ("pipeline_task", "sql_task", "run_job_task", "for_each_task", "condition_task", "dbt_task",
+                        "spark_jar_task", "spark_submit_task", "clean_rooms_notebook_task", "dashboard_task",
+                        "power_bi_task", "gen_ai_compute_task", "alert_task")
+PauseStatus = Literal["PAUSED", "UNPAUSED"]
+
+
+@dataclass
+class Task:
+    """One task of a job: what it runs (a notebook, a Python file or the streamling wheel) and its retry policy."""
+
+    key: str
+    depends_on: list[str]
+    kind: Literal["notebook", "spark_python", "python_wheel"]
+    notebook_path: Path | None  #: absolute, resolved relative to the YAML file that declares it
+    base_parameters: dict[str, str]
+    python_file: Path | None  #: absolute, resolved relative to its YAML file
+    package_name: str | None
+    entry_point: str | None
+    parameters: list[str]
+    max_retries: int = 0  #: -1 = unlimited (Databricks)
+    min_retry_interval_millis: int = 0
+    retry_on_timeout: bool = False
+    timeout_seconds: int = 0  #: 0 = none
+    source: str = ""  #: ``bundle.yml:23``, for messages
+
+
+@dataclass
+class Schedule:
+    """A Quartz cron schedule; checked for shape here, parsed by whoever fires it."""
+
+    quartz_cron_expression: str
+    timezone_id: str
+    pause_status: PauseStatus
+
+
+@dataclass
+class Periodic:
+    interval: int
+    unit: Literal["MINUTES", "HOURS", "DAYS", "WEEKS"]
+    pause_status: PauseStatus
+
+
+@dataclass
+class Job:
+    """A job as the runner sees it: development prefixes, tags and pauses already applied."""
+
+    key: str
+    name: str  #: after the development prefix ``[dev <user>] ``
+    tasks: list[Task]
+    parameters: dict[str, str]
+    schedule: Schedule | None
+    periodic: Periodic | None
+    continuous: PauseStatus | None  #: None = not a continuous job
+    max_concurrent_runs: int
+    timeout_seconds: int
+    tags: dict[str, str]
+    webhook_notifications: dict[str, list[str]]
+    email_notifications: dict[str, list[str]]
+    source: str
+
+
+@dataclass
+class Target:
+    """Where a deployment lives and how it runs.
+
+    ``config`` is a streamling extension: runtime settings overrides with the keys of ``config.yaml`` (for example
+    ``{spark: {master: "spark://127.0.0.1:7077", conf: {...}}, application_id: ...}``), from
+    ``targets.<t>.config`` merged over the top-level ``config``. It is how a target picks its Spark master.
+    """
+
+    name: str
+    mode: Literal["development", "production"] | None
+    root_path: str  #: absolute local path or URI; deployments, checkpoints and run logs live under it
+    root_path_explicit: bool
+    file_path: str
+    config: dict[str, Any]  #: runtime settings overrides (config.yaml keys); see the module docstring
+
+
+@dataclass
+class Bundle:
+    """The whole bundle resolved for one target: every ``${...}`` replaced, every path absolute."""
+
+    name: str
+    root: Path
+    target: Target
+    variables: dict[str, str]
+    jobs: dict[str, Job]
+    files: list[Path]
+    user: str
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The resolved configuration (paths as text), for ``bundle validate -o json`` and deployment records."""
+        return cast(dict[str, Any], _jsonable(asdict(self)))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
+
+
+def find_bundle_root(start: Path) -> Path:
+    """The nearest folder at or above ``start`` holding a bundle file, so commands work from any subfolder."""
+    here = Path(start).resolve()
+    if here.is_file():
+        here = here.parent
+    for folder in (here, *here.parents):
+        if any((folder / name).is_file() for name in BUNDLE_FILES):
+            return folder
+    raise StreamlingError(f"no bundle found in {here} or any folder above it", code="bundle_missing",
+                          hint=f"run from inside a bundle folder, or create one of {', '.join(BUNDLE_FILES)}")
+
+
+# --- schema: which keys exist at each level, and which are Databricks-only ---------------------------------------
+
+@dataclass(frozen=True)
+class _Map:
+    """A mapping with fixed keys; ``no_effect`` keys are accepted with a warning saying why, and ``rejected``
+    ones (Databricks features we cannot run) are left to the builder, which says what to use instead."""
+
+    keys: Mapping[str, _Shape]
+    no_effect: Mapping[str, str] = field(default_factory=dict)
+    rejected: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Named:
+    """A mapping from user-chosen names to one shape (jobs, targets, variables)."""
+
+    item: _Shape
+
+
+@dataclass(frozen=True)
+class _List:
+    item: _Shape
+
+
+_Shape = _Map | _Named | _List | None  # None: a value checked by the builder
+
+_COMPUTE = "tasks run on the target's Spark master (config.spark.master)"
+_DATABRICKS = "it configures a Databricks workspace, and there is none"
+_LIBS = "tasks run with the environment streamling is installed in"
+_NOTIFY = "streaming backlog and duration warnings are not raised here"
+_WORKSPACE = _Map({"root_path": None, "file_path": None}, {
+    k: _DATABRICKS for k in ("host", "profile", "artifact_path", "state_path", "resource_path", "auth_type",
+                             "client_id", "account_id", "cluster_id", "serverless_compute_id", "azure_client_id",
+                             "azure_tenant_id", "azure_workspace_resource_id", "azure_environment",
+                             "azure_login_app_id", "azure_use_msi", "google_service_account", "metadata_service_url")})
+_TASK = _Map({
+    "task_key": None,
+    "depends_on": _List(_Map({"task_key": None}, {"outcome": "condition tasks are not supported here"})),
+    "notebook_task": _Map({"notebook_path": None, "base_parameters": _Named(None)},
+                          {"source": "notebooks are read from the bundle folder",
+                           "warehouse_id": "notebooks run on Spark, not on a SQL warehouse"}),
+    "spark_python_task": _Map({"python_file": None, "parameters": _List(None)},
+                              {"source": "files are read from the bundle folder"}),
+    "python_wheel_task": _Map({"package_name": None, "entry_point": None, "parameters": _List(None),
+                               "named_parameters": _Named(None)}),
+    "max_retries": None, "min_retry_interval_millis": None, "retry_on_timeout": None, "timeout_seconds": None,
+}, {
+    "libraries": _LIBS, "environment_key": _LIBS, "job_cluster_key": _COMPUTE, "existing_cluster_id": _COMPUTE,
+    "new_cluster": _COMPUTE, "compute_key": _COMPUTE, "run_if": "a task runs when all its dependencies succeed",
+    "description": "descriptions are not shown here", "email_notifications": "notifications are set per job here",
+    "webhook_notifications": "notifications are set per job here", "notification_settings": _DATABRICKS,
+    "health": _NOTIFY, "disable_auto_optimization": _DATABRICKS,
+}, UNSUPPORTED_PAYLOADS)
+_EVENTS = ("on_start", "on_success", "on_failure")
+_JOB = _Map({
+    "name": None, "tasks": _List(_TASK), "parameters": _List(_Map({"name": None, "default": None})),
+    "schedule": _Map({"quartz_cron_expression": None, "timezone_id": None, "pause_status": None}),
+    "trigger": _Map({"periodic": _Map({"interval": None, "unit": None}), "pause_status": None},
+                    rejected=("file_arrival", "table_update", "table")),
+    "continuous": _Map({"pause_status": None}, {"task_retry_mode": "failed tasks are retried per task settings"}),
+    "max_concurrent_runs": None, "timeout_seconds": None, "tags": _Named(None),
+    "webhook_notifications": _Map({e: _List(None) for e in _EVENTS}, {
+        "on_duration_warning_threshold_exceeded": _NOTIFY, "on_streaming_backlog_exceeded": _NOTIFY}),
+    "email_notifications": _Map({e: _List(None) for e in _EVENTS}, {
+        "on_duration_warning_threshold_exceeded": _NOTIFY, "on_streaming_backlog_exceeded": _NOTIFY,
+        "no_alert_for_skipped_runs": "skipped runs send no notification here"}),
+}, {
+    "job_clusters": _COMPUTE, "environments": _LIBS,
+    "queue": "the job runner decides what happens to runs beyond max_concurrent_runs",
+    "health": _NOTIFY, "permissions": _DATABRICKS, "run_as": "jobs run as the user running the job runner",
+    "description": "descriptions are not shown here", "notification_settings": _DATABRICKS,
+    "git_source": "tasks read files from the bundle folder", "budget_policy_id": _DATABRICKS,
+    "edit_mode": _DATABRICKS, "deployment": _DATABRICKS, "format": _DATABRICKS, "performance_target": _DATABRICKS,
+    "usage_policy_id": _DATABRICKS,
+})
+RESOURCE_KINDS = ("pipelines", "clusters", "schemas", "volumes", "apps", "dashboards", "experiments", "models",
+                  "registered_models", "model_serving_endpoints", "quality_monitors", "secret_scopes",
+                  "sql_warehouses", "alerts", "catalogs", "database_instances", "database_catalogs",
+                  "synced_database_tables")
+_RESOURCES = _Map({"jobs": _Named(_JOB)}, rejected=RESOURCE_KINDS)
+_DEPLOY = "deploy copies the bundle folder as it is"
+_TARGET = _Map({"default": None, "mode": None, "workspace": _WORKSPACE, "variables": _Named(None),
+                "resources": _RESOURCES, "config": None}, {
+    "presets": "development mode's prefix, tags and pauses are fixed here", "run_as": _DATABRICKS,
+    "permissions": _DATABRICKS, "cluster_id": _COMPUTE, "compute_id": _COMPUTE,
+    "git": "git details are not recorded here", "sync": _DEPLOY, "artifacts": _LIBS,
+    "bundle": "bundle settings are not overridden per target here"})
+_TOP = _Map({
+    "bundle": _Map({"name": None, "uuid": None}, {
+        "git": "git details are not recorded here", "cluster_id": _COMPUTE, "compute_id": _COMPUTE,
+        "deployment": "deployments are versioned under the target's root_path",
+        "databricks_cli_version": "the Databricks CLI is not used here", "engine": "deploy has one engine here"}),
+    "include": _List(None),
+    "variables": _Named(_Map({"description": None, "default": None, "type": None}, rejected=("lookup",))),
+    "workspace": _WORKSPACE, "resources": _RESOURCES, "targets": _Named(_TARGET), "config": None,
+}, {
+    "artifacts": _LIBS, "sync": _DEPLOY, "permissions": _DATABRICKS, "run_as": _DATABRICKS,
+    "presets": "development mode's prefix, tags and pauses are fixed here", "experimental": _DATABRICKS,
+    "python": "resources are declared in YAML here", "scripts": "deploy runs no scripts here",
+}, ("environments",))
+
+
+# --- loading: files, provenance, problems ------------------------------------------------------------------------
+
+def _join(prefix: str, key: object) -> str:
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+def _suggest(word: str, choices: list[str], fmt: str = "'{}'", cutoff: float = 0.6) -> str:
+    close = difflib.get_close_matches(word, choices, n=3, cutoff=cutoff)
+    return f" (did you mean {', '.join(fmt.format(c) for c in close)}?)" if close else ""
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` if it is a mapping, else empty: shapes are reported by the schema check, not twice."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _kind(value: Any) -> str:
+    """How a message names a YAML value of the wrong shape."""
+    if isinstance(value, (dict, list)):
+        return "a mapping" if isinstance(value, dict) else "a list"
+    return f"{_text(value)!r}"
+
+
+def _text(value: Any) -> str:
+    """A YAML scalar as the string Databricks would see (``true`` stays lower case)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@dataclass
+class _File:
+    rel: str
+    path: Path
+    doc: LoadedDocument
+    index: int
+
+
+class _Context:
+    """The merged tree, where each of its paths came from, and the problems and warnings found so far."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.data: dict[str, Any] = {}
+        self.origin: dict[str, tuple[_File, str]] = {}
+        self.files: list[_File] = []
+        self.problems: list[tuple[int, int, StreamlingError]] = []
+        self.seen: set[str] = set()
+        self.warnings: list[str] = []
+
+    # provenance
+    def record(self, path: str, value: Any, file: _File, src: str) -> None:
+        self.origin[path] = (file, src)
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            self.record(_join(path, key), item, file, _join(src, key))
+
+    def forget(self, path: str) -> None:
+        for key in [k for k in self.origin if k == path or k.startswith(path + ".")]:
+            del self.origin[key]
+
+    def where(self, path: str) -> tuple[_File, str]:
+        """The file and the path inside it for a merged path (or its nearest recorded ancestor)."""
+        probe = path
+        while probe:
+            if probe in self.origin:
+                file, src = self.origin[probe]
+                return file, src + path[len(probe):]
+            probe = probe.rpartition(".")[0]
+        return self.files[0], path
+
+    def loc(self, path: str) -> Location:
+        file, src = self.where(path)
+        return Location(f"{file.rel}: {src or '<root>'}", file.doc.line(src))
+
+    def source(self, path: str) -> str:
+        file, src = self.where(path)
+        return f"{file.rel}:{file.doc.line(src) or 1}"
+
+    # reporting
+    def add(self, where: str | Location, message: str, *, hint: str | None = None, code: str = "invalid_bundle",
+            node: str | None = None, node_kind: str | None = None) -> None:
+        loc = where if isinstance(where, Location) else self.loc(where)
+        err = StreamlingError(message, location=loc, hint=hint, code=code, node=node, node_kind=node_kind)
+        if err.headline() in self.seen:  # the same string resolved twice reports once
+            return
+        self.seen.add(err.headline())
+        # Reported in reading order: by file (bundle file, then includes), then line; --var problems last.
+        index = next((f.index for f in self.files if loc.path == f.rel or loc.path.startswith(f"{f.rel}: ")),
+                     len(self.files))
+        self.problems.append((index, loc.line or 0, err))
+
+    def warn(self, path: str, key: str, why: str) -> None:
+        self.warnings.append(f"{self.source(path)}: '{key}' has no effect here: {why}")
+
+    def fail(self) -> None:
+        if self.problems:
+            raise _BundleInvalid([p for _, _, p in sorted(self.problems, key=lambda t: (t[0], t[1]))])
+
+
+class _BundleInvalid(ValidationError):
+    """A ``ValidationError`` whose summary says "bundle" rather than "pipeline"."""
+
+    def __init__(self, problems: list[StreamlingError]) -> None:
+        super().__init__(problems)
+        count = len(self.problems)
+        body = "\n".join(f"  - {p.headline()}" for p in self.problems)
+        self.message = f"bundle is invalid ({count} problem{'s' if count != 1 else ''}):\n{body}"
+        self.args = (self.message,)
+        self.code = "invalid_bundle"
+
+
+def _read(ctx: _Context, path: Path) -> _File | None:
+    rel = _rel(path, ctx.root)
+    file = _File(rel, path, LoadedDocument(None, source=rel), len(ctx.files))
+    ctx.files.append(file)
+    try:
+        file.doc = parse_yaml(path.read_text(encoding="utf-8"), source=rel)
+    except StreamlingError as exc:
+        line = exc.location.line if exc.location else None
+        ctx.add(Location(rel, line), exc.message, hint=exc.hint, code=exc.code)
+        return None
+    except OSError as exc:
+        ctx.add(Location(rel), f"cannot read {rel}: {exc.strerror or exc}", code="bundle_unreadable")
+        return None
+    if file.doc.data is None:
+        file.doc.data = {}
+    if not isinstance(file.doc.data, dict):
+        ctx.add(Location(rel, 1), f"{rel} must hold a mapping of keys (bundle, resources, targets, …)")
+        return None
+    return file
+
+
+def _is_section(path: str) -> bool:
+    """Mappings whose entries may come from different files (one job per file is the usual layout)."""
+    return path in ("variables", "targets", "resources") or (path.startswith("resources.") and path.count(".") == 1)
+
+
+def _combine(ctx: _Context, path: str, dst: dict[str, Any], value: dict[str, Any], file: _File, src: str) -> None:
+    for key, item in value.items():
+        child, child_src = _join(path, key), _join(src, key)
+        if _is_section(child) and isinstance(item, dict) and isinstance(dst.get(key, {}), dict):
+            if key not in dst:
+                dst[key] = {}
+                ctx.origin[child] = (file, child_src)
+            _combine(ctx, child, dst[key], item, file, child_src)
+        elif key in dst:
+            first, first_src = ctx.where(child)
+            ctx.add(Location(f"{file.rel}: {child_src}", file.doc.line(child_src)),
+                    f"'{child}' is defined in both {first.rel} (line {first.doc.line(first_src)}) and {file.rel}",
+                    hint="keep one definition: the files listed in include are merged into one configuration",
+                    code="bundle_duplicate_key")
+        else:
+            dst[key] = item
+            ctx.record(child, item, file, child_src)
+
+
+def _overlay(ctx: _Context, path: str, dst: dict[str, Any], value: dict[str, Any], file: _File, src: str) -> None:
+    """A target's settings over the top level: mappings merge deeply, tasks merge by task_key (as Databricks)."""
+    for key, item in value.items():
+        child, child_src = _join(path, key), _join(src, key)
+        old = dst.get(key)
+        if isinstance(old, dict) and isinstance(item, dict):
+            _overlay(ctx, child, old, item, file, child_src)
+        elif key == "tasks" and isinstance(old, list) and isinstance(item, list):
+            keys = [t.get("task_key") if isinstance(t, dict) else None for t in old]
+            for i, task in enumerate(item):
+                task_key = task.get("task_key") if isinstance(task, dict) else None
+                if task_key is not None and task_key in keys:
+                    j = keys.index(task_key)
+                    _overlay(ctx, f"{child}.{j}", old[j], cast(dict[str, Any], task), file, f"{child_src}.{i}")
+                else:
+                    old.append(copy.deepcopy(task))
+                    ctx.record(f"{child}.{len(old) - 1}", task, file, f"{child_src}.{i}")
+        else:
+            ctx.forget(child)
+            dst[key] = copy.deepcopy(item)
+            ctx.record(child, item, file, child_src)
+
+
+def _check(ctx: _Context, path: str, value: Any, shape: _Shape, warn: bool) -> None:
+    """Unknown keys (with did-you-mean) are errors; Databricks-only keys are warnings."""
+    if shape is None or value is None:
+        return
+    key = path.rpartition(".")[2] or "the bundle file"
+    if isinstance(shape, _List):
+        if not isinstance(value, list):
+            ctx.add(path, f"'{key}' must be a list (got {_kind(value)})", hint="write one '- item' per line")
+            return
+        for i, item in enumerate(value):
+            _check(ctx, f"{path}.{i}", item, shape.item, warn)
+        return
+    if not isinstance(value, dict):
+        ctx.add(path, f"'{key}' must be a mapping of keys (got {_kind(value)})")
+        return
+    if isinstance(shape, _Named):
+        for name, item in value.items():
+            _check(ctx, _join(path, name), item, shape.item, warn)
+        return
+    for name, item in value.items():
+        child = _join(path, name)
+        if name in shape.keys:
+            _check(ctx, child, item, shape.keys[name], warn)
+        elif name in shape.no_effect:
+            if warn:
+                ctx.warn(child, str(name), shape.no_effect[name])
+        elif name == "environments" and path == "":
+            ctx.add(child, "'environments' is the old name of 'targets'", hint="rename it to targets")
+        elif name not in shape.rejected:
+            where = f"in {path}" if path else "at the top level"
+            ctx.add(child, f"unknown key '{name}' {where}{_suggest(str(name), [*shape.keys, *shape.no_effect])}",
+                    hint=f"keys that apply here: {', '.join(shape.keys)}", code="bundle_unknown_key")
+
+
+# --- ${…} references ---------------------------------------------------------------------------------------------
+
+_REF = re.compile(r"\$\{([^{}]*)\}")
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+class _Resolver:
+    """Resolves ``${…}`` lazily so values may refer to each other; a failed value reports once, where it is set."""
+
+    def __init__(self, ctx: _Context) -> None:
+        self.ctx = ctx
+        self.raw: dict[str, tuple[str, Location]] = {}
+        self.done: dict[str, str | None] = {}
+        self.stack: list[str] = []
+        self.post: dict[str, Callable[[str], str]] = {}  # e.g. root_path made absolute
+
+    def ref(self, name: str) -> str | None:
+        if name in self.done:
+            return self.done[name]
+        if name in self.stack:
+            cycle = [*self.stack[self.stack.index(name):], name]
+            self.ctx.add(self.raw[name][1], f"references form a cycle: {' -> '.join(cycle)}",
+                         hint="give one of them a plain value", code="bundle_reference_cycle")
+            for entry in cycle:
+                self.done[entry] = None
+            return None
+        text, loc = self.raw[name]
+        self.stack.append(name)
+        value = self.text(text, loc)
+        self.stack.pop()
+        if name in self.done:  # set to None by a cycle found below
+            return None
+        if value is not None and name in self.post:
+            value = self.post[name](value)
+        self.done[name] = value
+        return value
+
+    def text(self, text: str, loc: Location) -> str | None:
+        failed = False
+
+        def replace(match: re.Match[str]) -> str:
+            nonlocal failed
+            name = match.group(1)
+            if name in self.raw or name in self.done:
+                value = self.ref(name)
+                if value is not None:
+                    return value
+            else:
+                self.unknown(name, loc)
+            failed = True
+            return match.group(0)
+
+        out = _REF.sub(replace, text)
+        return None if failed else out
+
+    def unknown(self, name: str, loc: Location) -> None:
+        known = sorted({*self.raw, *self.done})
+        jobs = [k.split(".")[2] for k in known if k.startswith("resources.jobs.")]
+        if name.startswith("variables."):
+            hint = f"variables are referenced as ${{var.{name.partition('.')[2]}}}"
+        elif name.startswith("var."):
+            hint = f"declare it: variables: {{{name[4:]}: {{default: …}}}}"
+        elif name.startswith("resources.jobs."):
+            hint = f"a job is referenced as ${{resources.jobs.<key>.id}}; jobs here: {', '.join(jobs) or 'none'}"
+        else:
+            hint = ("available: ${var.<name>}, ${bundle.name}, ${bundle.target}, ${workspace.root_path}, "
+                    "${workspace.file_path}, ${workspace.current_user.short_name}, ${resources.jobs.<key>.id}")
+        close = _suggest(name, known, "'${{{}}}'", cutoff=0.8)
+        self.ctx.add(loc, f"unknown reference '${{{name}}}'{close}", hint=hint,
+                     code="bundle_unknown_reference")
+
+    def tree(self, path: str, value: Any, shape: _Shape = None) -> Any:
+        """Every string under ``value`` with its references replaced (unresolved ones kept as written).
+
+        Keys with no effect here keep their text: a reference Databricks would resolve there (an artifact, a
+        pipeline id) must not fail a bundle that cannot use it anyway."""
+        if isinstance(value, dict):
+            if isinstance(shape, _Map):
+                return {k: self.tree(_join(path, k), v, shape.keys[k]) if k in shape.keys else v
+                        for k, v in value.items()}
+            item = shape.item if isinstance(shape, _Named) else None
+            return {k: self.tree(_join(path, k), v, item) for k, v in value.items()}
+        if isinstance(value, list):
+            item = shape.item if isinstance(shape, _List) else None
+            return [self.tree(_join(path, i), v, item) for i, v in enumerate(value)]
+        if isinstance(value, str) and "${" in value:
+            resolved = self.text(value, self.ctx.loc(path))
+            return value if resolved is None else resolved
+        return value
+
+
+def _local_or_uri(text: str, root: Path) -> str:
+    """A URI as written; a local path made absolute (``~`` expanded, relative to the bundle root)."""
+    if _URI.match(text):
+        return text
+    path = Path(text).expanduser()
+    return os.path.normpath(path if path.is_absolute() else root / path)
+
+
+# --- loading -----------------------------------------------------------------------------------------------------
+
+def load_bundle(root: Path, target: str | None = None, variables: Mapping[str, str] | None = None,
+                environ: Mapping[str, str] | None = None, user: str | None = None) -> Bundle:
+    """Load ``root``'s bundle file and includes, resolve them for one target, and check everything.
+
+    ``variables`` come from ``--var k=v``; ``environ`` supplies ``BUNDLE_VAR_<name>`` (default ``os.environ``);
+    ``user`` is the short user name of ``${workspace.current_user.short_name}`` and development prefixes.
+    Raises ``ValidationError`` listing every problem; keys with no effect here become ``Bundle.warnings``.
+    """
+    root = Path(root).resolve()
+    present = [root / name for name in BUNDLE_FILES if (root / name).is_file()]
+    if not present:
+        raise StreamlingError(f"no bundle file in {root}", code="bundle_missing",
+                              hint=f"create one of {', '.join(BUNDLE_FILES)}")
+    ctx = _Context(root)
+    main = _read(ctx, present[0])
+    if len(present) > 1:
+        ctx.add(Location(ctx.files[0].rel), f"{root} holds more than one bundle file: "
+                f"{', '.join(p.name for p in present)}", hint="keep one of them")
+    if main is None:
+        ctx.fail()
+    assert main is not None
+    _combine(ctx, "", ctx.data, main.doc.data, main, "")
+    _includes(ctx, main)
+    user = user or _current_user()
+    environ = os.environ if environ is None else environ
+    targets = _dict(ctx.data.get("targets"))
+    chosen = _choose_target(ctx, targets, target)
+    for key, value in ctx.data.items():
+        if key == "targets" and isinstance(value, dict):  # warnings only for the target in use
+            for name, body in value.items():
+                _check(ctx, f"targets.{name}", body, _TARGET, warn=name == chosen)
+        else:
+            _check(ctx, "", {key: value}, _TOP, warn=True)
+    if chosen is None:
+        ctx.fail()
+    assert chosen is not None
+    body = _dict(targets.get(chosen))
+    for section in ("workspace", "resources", "config"):
+        if isinstance(body.get(section), dict):
+            if ctx.data.get(section) is None:
+                ctx.data[section] = {}
+            if not isinstance(ctx.data[section], dict):
+                continue
+            file, src = ctx.where(f"targets.{chosen}.{section}")
+            if section not in ctx.origin:
+                ctx.origin[section] = (file, src)
+            _overlay(ctx, section, ctx.data[section], body[section], file, src)
+    bundle = _Builder(ctx, chosen, body, user).build(variables or {}, environ)
+    ctx.fail()
+    return bundle
+
+
+def _current_user() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name in some containers
+        return os.environ.get("USER") or "user"
+
+
+def _includes(ctx: _Context, main: _File) -> None:
+    patterns = ctx.data.get("include")
+    if not isinstance(patterns, list):
+        return
+    seen = {main.path}
+    for i, pattern in enumerate(patterns):
+        path = f"include.{i}"
+        if not isinstance(pattern, str):
+            ctx.add(path, "an include entry must be a glob pattern such as resources/*.yml")
+            continue
+        matches = sorted(glob.glob(pattern, root_dir=ctx.root, recursive=True))
+        if not matches:
+            ctx.add(path, f"include pattern '{pattern}' matches no file",
+                    hint="patterns are relative to the bundle folder; fix the pattern or remove it")
+        for match in matches:
+            file_path = Path(os.path.normpath(ctx.root / match))
+            if file_path in seen or file_path.is_dir():
+                continue
+            seen.add(file_path)
+            if file_path.suffix not in (".yml", ".yaml"):
+                ctx.add(path, f"include pattern '{pattern}' matches {match}, which is not a YAML file",
+                        hint="include only lists YAML configuration files")
+                continue
+            file = _read(ctx, file_path)
+            if file is None:
+                continue
+            if "include" in file.doc.data:
+                ctx.add(Location(f"{file.rel}: include", file.doc.line("include")),
+                        "include is only read from the bundle file", hint=f"move it to {main.rel}")
+                del file.doc.data["include"]
+            _combine(ctx, "", ctx.data, file.doc.data, file, "")
+
+
+def _choose_target(ctx: _Context, targets: dict[str, Any], wanted: str | None) -> str | None:
+    names = [str(n) for n in targets]
+    if wanted is not None:
+        if wanted in targets:
+            return wanted
+        ctx.add("targets", f"unknown target '{wanted}'{_suggest(wanted, names)}",
+                hint=f"targets here: {', '.join(names)}" if names else "declare it under targets:",
+                code="bundle_unknown_target")
+        return None
+    if not targets:
+        return "default"  # as Databricks: a bundle without targets has one named "default"
+    defaults = [n for n, b in targets.items() if isinstance(b, dict) and b.get("default") is True]
+    if len(defaults) > 1:
+        for name in defaults[1:]:
+            ctx.add(f"targets.{name}.default", f"more than one target is the default ({', '.join(defaults)})",
+                    hint="keep default: true on one target", code="bundle_no_target")
+        return None
+    if defaults:
+        return str(defaults[0])
+    if len(names) == 1:
+        return names[0]
+    ctx.add("targets", f"no target given and none is the default among {', '.join(names)}",
+            hint="pass --target NAME or set default: true on one target", code="bundle_no_target")
+    return None
+
+
+class _Builder:
+    """Turns the merged tree of the chosen target into dataclasses, checking values on the way."""
+
+    def __init__(self, ctx: _Context, target: str, body: dict[str, Any], user: str) -> None:
+        self.ctx = ctx
+        self.target = target
+        self.body = body
+        self.user = user
+        self.resolver = _Resolver(ctx)
+        self.node: tuple[str, str] | None = None
+        mode = body.get("mode")
+        if mode is not None and mode not in ("development", "production"):
+            ctx.add(f"targets.{target}.mode", f"mode must be development or production (got {mode!r})",
+                    hint="development prefixes and pauses jobs; production requires a workspace.root_path")
+            mode = None
+        self.mode = cast(Literal["development", "production"] | None, mode)
+
+    def build(self, cli_vars: Mapping[str, str], environ: Mapping[str, str]) -> Bundle:
+        ctx, data, res = self.ctx, self.ctx.data, self.resolver
+        meta = _dict(data.get("bundle"))
+        name = meta.get("name")
+        if name is None or isinstance(name, (dict, list)) or not str(name).strip():
+            ctx.add("bundle.name" if "bundle" in data else "bundle", "the bundle has no name",
+                    hint="set bundle: {name: …}; it names deployments and the default root_path")
+            name = "bundle"
+        workspace = _dict(data.get("workspace"))
+        root_raw = workspace.get("root_path")
+        if self.mode == "production" and root_raw is None:
+            ctx.add(f"targets.{self.target}",
+                    f"target '{self.target}' is in production mode and has no workspace.root_path",
+                    hint=f"set targets.{self.target}.workspace.root_path to where deployments, checkpoints and "
+                         "run logs live", code="bundle_production_root")
+        res.raw["bundle.name"] = (_text(name), ctx.loc("bundle.name"))
+        res.raw["bundle.target"] = (self.target, ctx.loc(f"targets.{self.target}"))
+        for key in ("short_name", "userName"):
+            res.done[f"workspace.current_user.{key}"] = self.user
+        res.raw["workspace.root_path"] = (
+            _text(root_raw) if root_raw is not None else f"~/.streamling/bundle/{name}/{self.target}",
+            ctx.loc("workspace.root_path"))
+        file_raw = workspace.get("file_path")
+        res.raw["workspace.file_path"] = (_text(file_raw) if file_raw is not None else "${workspace.root_path}/files",
+                                          ctx.loc("workspace.file_path"))
+        res.post["workspace.root_path"] = res.post["workspace.file_path"] = lambda t: _local_or_uri(t, ctx.root)
+        resources = _dict(data.get("resources"))
+        jobs = _dict(resources.get("jobs"))
+        for key in jobs:
+            res.done[f"resources.jobs.{key}.id"] = str(key)
+        for kind in resources:
+            if kind in RESOURCE_KINDS:  # other names are unknown keys, reported by the schema check
+                ctx.add(f"resources.{kind}", f"resources.{kind} is not supported here: only jobs are deployed",
+                        hint="run the work as a job with a notebook_task, spark_python_task or python_wheel_task",
+                        code="bundle_unsupported")
+        names = self.variables(cli_vars, environ)
+        values = {n: res.ref(f"var.{n}") for n in names}
+        root_path = res.ref("workspace.root_path") or ""
+        file_path = res.ref("workspace.file_path") or ""
+        bundle_name = res.ref("bundle.name") or _text(name)
+        config = res.tree("config", data.get("config")) if "config" in data else {}
+        if not isinstance(config, dict):
+            ctx.add("config", "config must be a mapping of runtime settings (the keys of config.yaml)")
+            config = {}
+        self.check_config(config)
+        built = {str(k): self.job(str(k), res.tree(f"resources.jobs.{k}", v, _JOB)) for k, v in jobs.items()}
+        target = Target(self.target, self.mode, root_path, root_raw is not None, file_path, config)
+        return Bundle(bundle_name, ctx.root, target, {k: v for k, v in values.items() if v is not None},
+                      {k: v for k, v in built.items() if v is not None}, [f.path for f in ctx.files], self.user,
+                      ctx.warnings)
+
+    def variables(self, cli_vars: Mapping[str, str], environ: Mapping[str, str]) -> list[str]:
+        ctx, res = self.ctx, self.resolver
+        declared = _dict(ctx.data.get("variables"))
+        names = [str(n) for n in declared]
+        overrides = _dict(self.body.get("variables"))
+        for name in overrides:
+            if name not in declared:
+                ctx.add(f"targets.{self.target}.variables.{name}",
+                        f"target '{self.target}' sets variable '{name}', which is not declared"
+                        f"{_suggest(str(name), names)}", hint=f"declare it under variables: {{{name}: {{default: …}}}}")
+        for name in cli_vars:
+            if name not in declared:
+                ctx.add(Location(f"--var {name}"), f"--var sets variable '{name}', which is not declared"
+                        f"{_suggest(name, names)}", hint="declare it under variables: in the bundle, or drop --var")
+        for name, spec in declared.items():
+            path, ref = f"variables.{name}", f"var.{name}"
+            spec = _dict(spec)
+            if "lookup" in spec:
+                ctx.add(f"{path}.lookup", f"variable '{name}': lookup is not supported here",
+                        hint="there is no workspace to look objects up in; give it a default")
+            if spec.get("type") is not None:
+                ctx.add(f"{path}.type", f"variable '{name}': type {spec['type']!r} is not supported here",
+                        hint="variables are plain strings here; remove type")
+            value: Any = None
+            where: str | Location = path
+            if name in cli_vars:
+                value, where = cli_vars[name], Location(f"--var {name}")
+            elif f"BUNDLE_VAR_{name}" in environ:
+                value, where = environ[f"BUNDLE_VAR_{name}"], Location(f"BUNDLE_VAR_{name}")
+            elif name in overrides:
+                value, where = overrides[name], f"targets.{self.target}.variables.{name}"
+                if isinstance(value, dict) and set(value) == {"default"}:
+                    value, where = value["default"], f"{where}.default"
+            elif "default" in spec:
+                value, where = spec["default"], f"{path}.default"
+            loc = where if isinstance(where, Location) else ctx.loc(where)
+            if value is None:
+                ctx.add(path, f"variable '{name}' has no value", code="bundle_variable_unset",
+                        hint=f"give it a default, set it per target, pass --var {name}=VALUE or set BUNDLE_VAR_{name}")
+                res.done[ref] = None
+            elif isinstance(value, (dict, list)):
+                ctx.add(loc, f"variable '{name}' must be a single value (got {_kind(value)})",
+                        hint="complex variables are not supported here")
+                res.done[ref] = None
+            else:
+                res.raw[ref] = (_text(value), loc)
+        return names
+
+    def check_config(self, config: dict[str, Any]) -> None:
+        """Runtime settings are checked now, so a typo in targets.<t>.config fails validate, not the first run."""
+        top = sorted(Settings.model_fields)
+        for key in config:  # Settings keeps unknown top-level keys (other builds' connectors): say so here
+            if key not in Settings.model_fields:
+                self.ctx.warn(f"config.{key}", str(key), f"not a streamling setting{_suggest(str(key), top)}")
+        try:
+            Settings.model_validate(config)
+        except PydanticValidationError as exc:
+            for err in exc.errors():
+                loc = [str(p) for p in err["loc"]]
+                path = ".".join(["config", *loc])
+                if err["type"] == "extra_forbidden":
+                    model: Any = Settings
+                    for part in loc[:-1]:
+                        field_info = model.model_fields.get(part) if hasattr(model, "model_fields") else None
+                        model = field_info.annotation if field_info else None
+                    keys = sorted(getattr(model, "model_fields", {}))
+                    self.ctx.add(path, f"unknown key '{loc[-1]}' in {'.'.join(['config', *loc[:-1]])}"
+                                 f"{_suggest(loc[-1], keys)}", code="bundle_unknown_key",
+                                 hint=f"keys that apply here: {', '.join(keys)}" if keys else None)
+                else:
+                    text = str(err["msg"]).removeprefix("Value error, ").replace("Input should be", "must be")
+                    self.ctx.add(path, f"{path}: {text}", hint="it takes the same values as in config.yaml")
+
+    # values --------------------------------------------------------------------------------------------------
+    def add(self, path: str, message: str, hint: str | None = None, code: str = "invalid_bundle") -> None:
+        """A problem about the job or task being built: its headline starts ``job 'x':`` or ``task 'y':``."""
+        node, kind = self.node if self.node else (None, None)
+        self.ctx.add(path, message, hint=hint, code=code, node=node, node_kind=kind)
+
+    def str_(self, obj: dict[str, Any], key: str, path: str, required: bool = False) -> str | None:
+        value = obj.get(key)
+        if value is None:
+            if required:
+                self.add(_join(path, key), f"{path.rpartition('.')[2]} has no {key}", hint=f"set {key}")
+            return None
+        if isinstance(value, (dict, list)):
+            self.add(_join(path, key), f"{key} must be a single value (got {_kind(value)})")
+            return None
+        return _text(value)
+
+    def int_(self, obj: dict[str, Any], key: str, path: str, default: int, minimum: int) -> int:
+        value = obj.get(key)
+        if value is None:
+            return default
+        if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):  # e.g. from ${var.retries}
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.add(_join(path, key), f"{key} must be a whole number (got {value!r})")
+            return default
+        if value < minimum:
+            self.add(_join(path, key), f"{key} must be at least {minimum} (got {value})")
+            return default
+        return value
+
+    def bool_(self, obj: dict[str, Any], key: str, path: str) -> bool:
+        value = obj.get(key)
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        if value is not None and not isinstance(value, bool):
+            self.add(_join(path, key), f"{key} must be true or false (got {value!r})")
+        return value is True
+
+    def pause(self, obj: dict[str, Any], path: str) -> PauseStatus:
+        """Unset means paused in development (as Databricks: a dev deploy never starts work by itself)."""
+        value = obj.get("pause_status")
+        if value is None:
+            return "PAUSED" if self.mode == "development" else "UNPAUSED"
+        if value not in ("PAUSED", "UNPAUSED"):
+            self.add(f"{path}.pause_status", f"pause_status must be PAUSED or UNPAUSED (got {value!r})")
+            return "PAUSED"
+        return cast(PauseStatus, value)
+
+    def strings(self, obj: dict[str, Any], key: str, path: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name, item in _dict(obj.get(key)).items():
+            if isinstance(item, (dict, list)):
+                self.add(f"{path}.{key}.{name}", f"{key}.{name} must be a single value")
+            elif item is not None:
+                out[str(name)] = _text(item)
+        return out
+
+    # jobs ----------------------------------------------------------------------------------------------------
+    def job(self, key: str, body: Any) -> Job | None:
+        if not isinstance(body, dict):
+            return None  # reported by the schema check
+        path, dev = f"resources.jobs.{key}", self.mode == "development"
+        self.node = (key, "job")
+        name = self.str_(body, "name", path) or key
+        tags = self.strings(body, "tags", path)
+        if dev:
+            name, tags["dev"] = f"[dev {self.user}] {name}", self.user
+        raw_tasks = body.get("tasks")
+        if not raw_tasks:
+            self.add(path if raw_tasks is None else f"{path}.tasks", "has no tasks",
+                     hint="add tasks: [{task_key: main, notebook_task: {notebook_path: …}}]")
+        tasks = [task for i, item in enumerate(_list(raw_tasks))
+                 if (task := self.task(key, f"{path}.tasks.{i}", item)) is not None]
+        self.node = (key, "job")
+        self.check_graph(key, path, tasks)
+        parameters: dict[str, str] = {}
+        for i, item in enumerate(_list(body.get("parameters"))):
+            where = f"{path}.parameters.{i}"
+            pname = self.str_(_dict(item), "name", where, required=True)
+            default = self.str_(_dict(item), "default", where, required=True)
+            if pname is not None and pname in parameters:
+                self.add(f"{where}.name", f"job parameter '{pname}' is declared twice", hint="remove one of them")
+            elif pname is not None and default is not None:
+                parameters[pname] = default
+        schedule = None
+        if isinstance(body.get("schedule"), dict):
+            schedule = self.schedule(body["schedule"], f"{path}.schedule")
+        trigger = _dict(body.get("trigger"))
+        for kind in ("file_arrival", "table_update", "table"):
+            if kind in trigger:
+                self.add(f"{path}.trigger.{kind}", f"trigger.{kind} is not supported here",
+                         hint="use trigger.periodic, schedule or continuous")
+        periodic = None
+        if isinstance(trigger.get("periodic"), dict):
+            periodic = self.periodic(trigger["periodic"], f"{path}.trigger", trigger)
+        elif "trigger" in body and not any(k in trigger for k in ("file_arrival", "table_update", "table")):
+            self.add(f"{path}.trigger", "trigger has no periodic",
+                     hint="set trigger.periodic: {interval: 1, unit: HOURS}")
+        continuous = None
+        if body.get("continuous") is not None:
+            continuous = self.pause(_dict(body["continuous"]), f"{path}.continuous")
+        given = [k for k in body if k in ("schedule", "trigger", "continuous") and body[k] is not None]
+        if len(given) > 1:
+            self.add(f"{path}.{given[1]}", f"has both {given[0]} and {given[1]}",
+                     hint="a job is either continuous, scheduled or triggered: keep one")
+        return Job(
+            key=key, name=name, tasks=tasks, parameters=parameters, schedule=schedule, periodic=periodic,
+            continuous=continuous, max_concurrent_runs=self.int_(body, "max_concurrent_runs", path, 4 if dev else 1, 1),
+            timeout_seconds=self.int_(body, "timeout_seconds", path, 0, 0), tags=tags,
+            webhook_notifications=self.notifications(body, "webhook_notifications", path),
+            email_notifications=self.notifications(body, "email_notifications", path),
+            source=self.ctx.source(path))
+
+    def schedule(self, body: dict[str, Any], path: str) -> Schedule | None:
+        cron = self.str_(body, "quartz_cron_expression", path)
+        if cron is None:
+            self.add(f"{path}.quartz_cron_expression", "schedule has no quartz_cron_expression",
+                     hint="set e.g. quartz_cron_expression: '0 0 * * * ?' (seconds minutes hours day month weekday)")
+        elif len(cron.split()) not in (6, 7):
+            self.add(f"{path}.quartz_cron_expression",
+                     f"quartz_cron_expression '{cron}' has {len(cron.split())} fields; Quartz expects 6 or 7",
+                     hint="seconds minutes hours day-of-month month day-of-week [year], e.g. '0 0 * * * ?'")
+            cron = None
+        zone = self.str_(body, "timezone_id", path) or "UTC"
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            self.add(f"{path}.timezone_id", f"unknown timezone_id '{zone}'",
+                     hint="use an IANA name such as Europe/Paris")
+        status = self.pause(body, path)
+        return Schedule(cron, zone, status) if cron is not None else None
+
+    def periodic(self, body: dict[str, Any], path: str, trigger: dict[str, Any]) -> Periodic | None:
+        if "interval" not in body:
+            self.add(f"{path}.periodic", "trigger.periodic has no interval", hint="set interval: 1 or more")
+        interval = self.int_(body, "interval", f"{path}.periodic", 0, 1)
+        unit = body.get("unit")
+        if unit not in ("MINUTES", "HOURS", "DAYS", "WEEKS"):
+            self.add(f"{path}.periodic.unit" if "unit" in body else f"{path}.periodic",
+                     f"trigger.periodic.unit must be MINUTES, HOURS, DAYS or WEEKS (got {unit!r})")
+        status = self.pause(trigger, path)
+        return Periodic(interval, unit, status) if interval >= 1 and unit in ("MINUTES", "HOURS", "DAYS", "WEEKS") \
+            else None
+
+    def notifications(self, body: dict[str, Any], key: str, path: str) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        section = _dict(body.get(key))
+        for event in _EVENTS:
+            for i, item in enumerate(_list(section.get(event))):
+                where = f"{path}.{key}.{event}.{i}"
+                if key == "email_notifications":
+                    if isinstance(item, str) and "@" in item:
+                        out.setdefault(event, []).append(item)
+                    else:
+                        self.add(where, f"{item!r} is not an email address")
+                elif isinstance(item, dict) and "id" in item and "url" not in item:
+                    self.add(f"{where}.id", "webhook destinations by id are not supported here",
+                             hint="give the address instead: - url: https://…")
+                elif isinstance(item, dict) and isinstance(item.get("url"), str) and set(item) == {"url"}:
+                    out.setdefault(event, []).append(item["url"])
+                else:
+                    self.add(where, "a webhook entry must be {url: https://…}")
+        return out
+
+    def task(self, job: str, path: str, body: Any) -> Task | None:
+        if not isinstance(body, dict):
+            return None
+        key = self.str_(body, "task_key", path)
+        if key is None:
+            self.add(f"{path}.task_key", "a task has no task_key", hint="give every task a task_key, unique in its job")
+            return None
+        self.node = (key, "task")
+        for payload in UNSUPPORTED_PAYLOADS:
+            if payload in body:
+                self.add(f"{path}.{payload}", f"{payload} is not supported", code="bundle_unsupported",
+                         hint="use notebook_task, spark_python_task or python_wheel_task")
+        given = [p for p in body if p in PAYLOADS or p in UNSUPPORTED_PAYLOADS]
+        if len(given) > 1:
+            self.add(f"{path}.{given[1]}", f"has {len(given)} payloads ({', '.join(given)}); a task runs exactly one",
+                     hint="split it into tasks ordered with depends_on")
+        elif not given:
+            self.add(path, "has nothing to run", hint="give it a notebook_task, spark_python_task or python_wheel_task")
+        depends = [dep for i, item in enumerate(_list(body.get("depends_on")))
+                   if (dep := self.str_(_dict(item), "task_key", f"{path}.depends_on.{i}", required=True))]
+        kind = next((p for p in PAYLOADS if p in body), "notebook_task")
+        where = f"{path}.{kind}"
+        spec = _dict(body.get(kind))
+        notebook = python_file = package = entry = None
+        parameters = [_text(p) for p in _list(spec.get("parameters"))]
+        if kind == "notebook_task" and "notebook_task" in body:
+            raw = self.str_(spec, "notebook_path", where, required=True)
+            notebook = self.notebook(f"{where}.notebook_path", raw) if raw is not None else None
+        elif kind == "spark_python_task":
+            raw = self.str_(spec, "python_file", where, required=True)
+            python_file = self.python_file(f"{where}.python_file", raw) if raw is not None else None
+        elif kind == "python_wheel_task":
+            package = self.str_(spec, "package_name", where, required=True)
+            entry = self.str_(spec, "entry_point", where, required=True)
+            if package is not None and package != "streamling":
+                self.add(f"{where}.package_name", f"package_name is '{package}'; only the streamling wheel is "
+                         "installed here", hint="use package_name: streamling, or run your code as a notebook_task "
+                                                "or spark_python_task")
+            named = _dict(spec.get("named_parameters"))
+            if named and parameters:
+                self.add(f"{where}.named_parameters", "has both parameters and named_parameters",
+                         hint="keep one of them")
+            elif named:  # Databricks passes them as --name=value
+                parameters = [f"--{k}={_text(v)}" for k, v in named.items()]
+        return Task(
+            key=key, depends_on=depends, kind=cast(Literal["notebook", "spark_python", "python_wheel"], kind[:-5]),
+            notebook_path=notebook, base_parameters=self.strings(spec, "base_parameters", where),
+            python_file=python_file, package_name=package, entry_point=entry, parameters=parameters,
+            max_retries=self.int_(body, "max_retries", path, 0, -1),
+            min_retry_interval_millis=self.int_(body, "min_retry_interval_millis", path, 0, 0),
+            retry_on_timeout=self.bool_(body, "retry_on_timeout", path),
+            timeout_seconds=self.int_(body, "timeout_seconds", path, 0, 0), source=self.ctx.source(path))
+
+    def locate(self, path: str, raw: str, what: str) -> tuple[Path, str, str]:
+        """A path relative to the YAML file that declares it (Databricks' rule), how to show it, and a hint."""
+        file, _ = self.ctx.where(path)
+        resolved = Path(os.path.normpath(file.path.parent / Path(raw).expanduser()))
+        return resolved, _rel(resolved, self.ctx.root), f"{what} is relative to {file.rel}, the file that declares it"
+
+    def inside(self, path: str, resolved: Path, what: str) -> bool:
+        """Deploy snapshots the bundle folder, so a file outside it would be missing on the target."""
+        if resolved.is_relative_to(self.ctx.root):
+            return True
+        self.add(path, f"{what} {resolved} is outside the bundle folder {self.ctx.root}",
+                 hint="deploy snapshots only the bundle folder: move it inside")
+        return False
+
+    def notebook(self, path: str, raw: str) -> Path | None:
+        resolved, shown, hint = self.locate(path, raw, "notebook_path")
+        candidates = [resolved] if resolved.suffix in (".ipynb", ".py") else [
+            resolved.with_name(resolved.name + ext) for ext in (".ipynb", ".py")]  # the extension may be left out
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            tried = " (tried .ipynb and .py)" if len(candidates) > 1 else ""
+            self.add(path, f"notebook {shown} does not exist{tried}", hint=hint, code="bundle_missing_file")
+            return None
+        if not self.inside(path, found, "notebook"):
+            return None
+        if found.suffix == ".py":
+            with found.open(encoding="utf-8", errors="replace") as handle:
+                first = handle.readline().lstrip("\ufeff").rstrip()
+            if first != NOTEBOOK_HEADER:
+                self.add(path, f"{_rel(found, self.ctx.root)} is not a notebook: a source notebook starts with "
+                               f"'{NOTEBOOK_HEADER}'",
+                         hint="add that line at the top, or run the file as spark_python_task.python_file")
+                return None
+        return found
+
+    def python_file(self, path: str, raw: str) -> Path | None:
+        resolved, shown, hint = self.locate(path, raw, "python_file")
+        if not resolved.is_file():
+            self.add(path, f"python file {shown} does not exist", hint=hint, code="bundle_missing_file")
+            return None
+        return resolved if self.inside(path, resolved, "python file") else None
+
+    def check_graph(self, job: str, path: str, tasks: list[Task]) -> None:
+        """Unique task keys, dependencies inside the job, and no cycles (reported as ``a -> b -> a``)."""
+        first: dict[str, int] = {}
+        for i, task in enumerate(tasks):
+            if task.key in first:
+                self.add(f"{path}.tasks.{i}.task_key", f"task_key '{task.key}' is used twice",
+                         hint=f"task keys are unique per job; the first is at {tasks[first[task.key]].source}")
+            first.setdefault(task.key, i)
+        for i, task in enumerate(tasks):
+            for j, dep in enumerate(task.depends_on):
+                if dep not in first:
+                    others = [k for k in first if k != task.key]
+                    self.ctx.add(f"{path}.tasks.{i}.depends_on.{j}.task_key",
+                                 f"depends on '{dep}', which is not a task of job '{job}'{_suggest(dep, others)}",
+                                 hint=f"tasks in this job: {', '.join(others) or 'none'}", node=task.key,
+                                 node_kind="task")
+        graph = {t.key: [d for d in t.depends_on if d in first] for t in tasks}
+        state: dict[str, int] = {}
+
+        def visit(node: str, stack: list[str]) -> None:
+            state[node] = 1
+            stack.append(node)
+            for dep in graph.get(node, []):
+                if state.get(dep) == 1:  # back edge: the stack from dep to here is a cycle
+                    cycle = stack[stack.index(dep):]
+                    where = f"{path}.tasks.{first[node]}.depends_on"
+                    if len(cycle) == 1:
+                        self.add(where, f"task '{node}' depends on itself", hint="remove that depends_on entry")
+                    else:
+                        self.add(where, f"tasks depend on each other in a cycle: {' -> '.join([*cycle, dep])}",
+                                 hint="remove one of these depends_on entries")
+                elif dep not in state:
+                    visit(dep, stack)
+            stack.pop()
+            state[node] = 2
+
+        for task in tasks:
+            if task.key not in state:
+                visit(task.key, [])

@@ -1,0 +1,246 @@
+"""Bundle model: what a user sees for each invalid bundle, and what a valid one resolves to.
+
+Each ``fixtures/bundles/invalid/<case>/`` holds a ``bundle.yml`` (plus what it includes or points at), an
+``expected.txt`` with one problem headline per line in the order they are reported, and optionally a
+``target.txt`` naming the target passed as an argument. The expected files are written by hand: a changed
+message must be read by a person before the golden file follows it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamling.bundle.model import Bundle, find_bundle_root, load_bundle
+from streamling.errors import StreamlingError, ValidationError
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "bundles"
+VALID = FIXTURES / "valid"
+INVALID = sorted(p for p in (FIXTURES / "invalid").iterdir() if p.is_dir())
+
+
+def _load(root: Path = VALID, target: str | None = None, variables: dict[str, str] | None = None,
+          environ: dict[str, str] | None = None) -> Bundle:
+    """Loads with a fixed user and no BUNDLE_VAR_ environment, so results do not depend on the machine."""
+    return load_bundle(root, target, variables=variables, environ=environ or {}, user="alice")
+
+
+def _headlines(case: Path) -> list[str]:
+    target_file = case / "target.txt"
+    target = target_file.read_text().strip() if target_file.is_file() else None
+    with pytest.raises(ValidationError) as info:
+        _load(case, target)
+    return [p.headline() for p in info.value.problems]
+
+
+def test_every_invalid_case_has_expected_messages() -> None:
+    assert len(INVALID) >= 13
+    for case in INVALID:
+        assert (case / "bundle.yml").is_file(), case
+        assert (case / "expected.txt").is_file(), case
+
+
+@pytest.mark.parametrize("case", INVALID, ids=lambda p: p.name)
+def test_invalid_bundle_messages(case: Path) -> None:
+    expected = (case / "expected.txt").read_text(encoding="utf-8").splitlines()
+    assert _headlines(case) == expected
+
+
+@pytest.mark.parametrize("case", INVALID, ids=lambda p: p.name)
+def test_invalid_bundle_problems_are_located_user_errors(case: Path) -> None:
+    target_file = case / "target.txt"
+    with pytest.raises(ValidationError) as info:
+        _load(case, target_file.read_text().strip() if target_file.is_file() else None)
+    assert info.value.user and info.value.message.startswith("bundle is invalid")
+    for problem in info.value.problems:
+        assert problem.user and problem.location is not None and problem.location.line, problem.headline()
+
+
+def test_valid_bundle_development_target() -> None:
+    bundle = _load()
+    assert (bundle.name, bundle.target.name, bundle.target.mode, bundle.user) == ("orders", "local", "development",
+                                                                                  "alice")
+    assert bundle.root == VALID and bundle.files == [VALID / "bundle.yml", VALID / "resources" / "report.yml"]
+    assert not bundle.target.root_path_explicit
+    assert bundle.target.root_path == str(Path.home() / ".streamling" / "bundle" / "orders" / "local")
+    assert bundle.target.file_path == bundle.target.root_path + "/files"
+    # Top-level config under the target's, references resolved.
+    assert bundle.target.config == {"spark": {"shuffle_partitions": 4, "master": "local[2]"},
+                                    "application_id": "orders_local"}
+    assert bundle.variables == {"application_id": "orders_local", "retries": "2", "brokers": "127.0.0.1:9092"}
+
+    ingest, report = bundle.jobs["ingest"], bundle.jobs["report"]
+    # Development: prefixed names, a dev tag, everything paused, four concurrent runs.
+    assert ingest.name == "[dev alice] orders-ingest" and report.name == "[dev alice] report"
+    assert ingest.tags == {"dev": "alice"} and report.tags == {"team": "data", "dev": "alice"}
+    assert ingest.continuous == "PAUSED"
+    assert report.schedule is not None and report.schedule.pause_status == "PAUSED"
+    assert report.schedule.quartz_cron_expression == "0 0 6 * * ?" and report.schedule.timezone_id == "Europe/Paris"
+    assert ingest.max_concurrent_runs == report.max_concurrent_runs == 4
+    assert ingest.parameters == {"brokers": "127.0.0.1:9092"}
+    assert report.email_notifications == {"on_failure": ["oncall@example.com"]}
+    assert report.webhook_notifications == {"on_success": ["http://127.0.0.1:8080/hooks/report"]}
+    assert ingest.source == "bundle.yml:28" and report.source == "resources/report.yml:4"
+
+    (task,) = ingest.tasks
+    assert task.kind == "notebook" and task.notebook_path == VALID / "notebooks" / "ingest.ipynb"
+    assert task.base_parameters == {"application_id": "orders_local", "owner": "alice"}
+    assert task.max_retries == 2 and task.source == "bundle.yml:35"  # "${var.retries}" became an int
+
+    aggregate, publish, cleanup = report.tasks
+    assert [t.depends_on for t in report.tasks] == [[], ["aggregate"], ["publish"]]
+    assert publish.kind == "spark_python" and publish.python_file == VALID / "scripts" / "publish.py"
+    assert publish.parameters == ["--job", "report", "--out", f"{bundle.target.file_path}/out"]
+    assert cleanup.kind == "python_wheel" and (cleanup.package_name, cleanup.entry_point) == ("streamling",
+                                                                                             "streamling")
+    assert cleanup.parameters == [f"--validate={bundle.target.root_path}/pipeline.yaml"]
+
+
+def test_notebook_path_is_relative_to_the_file_that_declares_it() -> None:
+    """resources/report.yml says ../notebooks/aggregate (no extension): a source .py notebook at the root."""
+    aggregate = _load().jobs["report"].tasks[0]
+    assert aggregate.notebook_path == VALID / "notebooks" / "aggregate.py"
+    assert aggregate.source == "resources/report.yml:16"
+
+
+def test_production_target_unpauses_and_overlays_resources() -> None:
+    bundle = _load(target="prod")
+    assert bundle.target.mode == "production" and bundle.target.root_path_explicit
+    assert bundle.target.root_path == "/srv/streamling/orders"
+    assert bundle.target.file_path == "/srv/streamling/orders/files"
+    assert bundle.target.config["spark"] == {"shuffle_partitions": 4, "master": "spark://127.0.0.1:7077"}
+    ingest, report = bundle.jobs["ingest"], bundle.jobs["report"]
+    assert ingest.name == "orders-ingest" and ingest.tags == {} and report.tags == {"team": "data"}
+    assert ingest.continuous == "UNPAUSED" and report.schedule is not None
+    assert report.schedule.pause_status == "UNPAUSED"
+    assert ingest.max_concurrent_runs == 1
+    # targets.prod.resources merged the task by task_key: the timeout is added, the notebook kept.
+    (task,) = ingest.tasks
+    assert task.timeout_seconds == 3600 and task.notebook_path == VALID / "notebooks" / "ingest.ipynb"
+    assert task.max_retries == -1 and bundle.variables["retries"] == "-1"
+
+
+def test_variable_precedence() -> None:
+    """--var > BUNDLE_VAR_<name> > targets.<t>.variables > default."""
+    assert _load().variables["brokers"] == "127.0.0.1:9092"  # target
+    assert _load(target="prod").variables["retries"] == "-1"  # target over default
+    env = {"BUNDLE_VAR_brokers": "env:9092", "BUNDLE_VAR_retries": "5"}
+    assert _load(environ=env).variables == {"application_id": "orders_local", "retries": "5", "brokers": "env:9092"}
+    both = _load(environ=env, variables={"brokers": "cli:9092"})
+    assert both.variables["brokers"] == "cli:9092" and both.variables["retries"] == "5"
+    assert both.jobs["ingest"].parameters == {"brokers": "cli:9092"}
+    assert both.jobs["ingest"].tasks[0].max_retries == 5
+
+
+def test_undeclared_cli_variable_is_an_error() -> None:
+    with pytest.raises(ValidationError) as info:
+        _load(variables={"brokerz": "x"})
+    (problem,) = info.value.problems
+    assert problem.headline() == ("--var sets variable 'brokerz', which is not declared (did you mean 'brokers'?) "
+                                  "[--var brokerz] — declare it under variables: in the bundle, or drop --var")
+
+
+def test_include_merges_files_into_one_tree() -> None:
+    bundle = _load()
+    assert list(bundle.jobs) == ["ingest", "report"]
+    assert [t.key for t in bundle.jobs["report"].tasks] == ["aggregate", "publish", "cleanup"]
+
+
+def test_keys_with_no_effect_are_warnings() -> None:
+    assert _load().warnings == [
+        "bundle.yml:17: 'permissions' has no effect here: it configures a Databricks workspace, and there is none",
+        "bundle.yml:42: 'libraries' has no effect here: tasks run with the environment streamling is installed in",
+        "resources/report.yml:19: 'job_cluster_key' has no effect here: tasks run on the target's Spark master "
+        "(config.spark.master)",
+    ]
+
+
+def test_to_json_round_trips_through_json() -> None:
+    data = _load(target="prod").to_json()
+    assert json.loads(json.dumps(data)) == data
+    assert data["target"]["root_path"] == "/srv/streamling/orders"
+    assert data["jobs"]["ingest"]["tasks"][0]["notebook_path"] == str(VALID / "notebooks" / "ingest.ipynb")
+    assert data["files"] == [str(VALID / "bundle.yml"), str(VALID / "resources" / "report.yml")]
+
+
+def test_find_bundle_root_walks_up() -> None:
+    assert find_bundle_root(VALID / "resources") == VALID
+    assert find_bundle_root(VALID / "notebooks" / "ingest.ipynb") == VALID
+    with pytest.raises(StreamlingError) as info:
+        find_bundle_root(Path("/"))
+    assert info.value.code == "bundle_missing"
+
+
+def test_target_choice(tmp_path: Path) -> None:
+    (tmp_path / "bundle.yml").write_text("bundle: {name: b}\ntargets:\n  a: {}\n  b: {}\n")
+    with pytest.raises(ValidationError) as info:
+        _load(tmp_path)
+    assert [p.code for p in info.value.problems] == ["bundle_no_target"]
+    assert _load(tmp_path, "b").target.name == "b"
+    (tmp_path / "bundle.yml").write_text("bundle: {name: b}\n")
+    bare = _load(tmp_path)
+    assert (bare.target.name, bare.target.mode, bare.jobs) == ("default", None, {})
+
+
+def test_a_relative_root_path_is_anchored_at_the_bundle_root(tmp_path: Path) -> None:
+    (tmp_path / "bundle.yml").write_text("bundle: {name: b}\nworkspace: {root_path: ./deploy}\n"
+                                         "targets:\n  uri:\n    workspace: {root_path: 's3a://bucket/${bundle.name}'}\n"
+                                         "  local: {default: true}\n")
+    assert _load(tmp_path).target.root_path == str(tmp_path / "deploy")
+    assert _load(tmp_path, "uri").target.file_path == "s3a://bucket/b/files"
+
+
+def test_development_pauses_only_what_is_unset(tmp_path: Path) -> None:
+    (tmp_path / "bundle.yml").write_text("""\
+bundle: {name: b}
+resources:
+  jobs:
+    hourly:
+      trigger: {periodic: {interval: 1, unit: HOURS}}
+      tasks: [{task_key: t, python_wheel_task: {package_name: streamling, entry_point: streamling}}]
+    live:
+      continuous: {pause_status: UNPAUSED}
+      max_concurrent_runs: 2
+      tasks: [{task_key: t, python_wheel_task: {package_name: streamling, entry_point: streamling}}]
+targets:
+  dev: {mode: development, default: true}
+  plain: {}
+""")
+    dev = _load(tmp_path)
+    assert dev.jobs["hourly"].periodic is not None and dev.jobs["hourly"].periodic.pause_status == "PAUSED"
+    assert dev.jobs["live"].continuous == "UNPAUSED" and dev.jobs["live"].max_concurrent_runs == 2
+    assert dev.jobs["live"].name == "[dev alice] live"
+    plain = _load(tmp_path, "plain")
+    assert plain.jobs["hourly"].periodic is not None and plain.jobs["hourly"].periodic.pause_status == "UNPAUSED"
+    assert plain.jobs["hourly"].name == "hourly" and plain.jobs["hourly"].max_concurrent_runs == 1
+
+
+def test_references_in_keys_with_no_effect_are_left_alone(tmp_path: Path) -> None:
+    """Databricks resolves ${...} in libraries or artifacts; an unknown one there must not fail a local bundle."""
+    (tmp_path / "bundle.yml").write_text("""\
+bundle: {name: b}
+artifacts: {wheel: {path: "${var.nowhere}"}}
+resources:
+  jobs:
+    j:
+      tasks:
+        - task_key: t
+          python_wheel_task: {package_name: streamling, entry_point: streamling}
+          libraries: [{whl: "${artifacts.wheel.path}"}]
+""")
+    bundle = _load(tmp_path)
+    assert [w.split(": ", 1)[1] for w in bundle.warnings] == [
+        "'artifacts' has no effect here: tasks run with the environment streamling is installed in",
+        "'libraries' has no effect here: tasks run with the environment streamling is installed in"]
+
+
+def test_loading_a_bundle_does_not_import_pyspark() -> None:
+    """``bundle validate`` stays fast and JVM-free: checked in a fresh interpreter."""
+    code = ("import sys; from pathlib import Path; from streamling.bundle.model import load_bundle; "
+            f"load_bundle(Path({str(VALID)!r}), environ={{}}, user='alice'); "
+            "assert 'pyspark' not in sys.modules, 'pyspark was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
