@@ -8,6 +8,7 @@ Spark as local paths; Ivy (``--packages``) is never relied on.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import os
 import shutil
@@ -66,6 +67,23 @@ def ensure_jars() -> list[Path]:
     return sorted(target.glob("*.jar"))
 
 
+def _loopback_master(master: str) -> bool:
+    """``spark://`` master(s) all on a loopback address (``spark://h1:p1,h2:p2`` lists HA masters)."""
+    if not master.startswith("spark://"):
+        return False
+    hosts = [part.rsplit(":", 1)[0].strip("[]") for part in master[len("spark://"):].split(",")]
+    return all(_is_loopback(host) for host in hosts)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def build_session(settings: Settings, app_name: str = "streamling") -> SparkSession:
     """Create (or reuse) the process's SparkSession configured for streamling."""
     from pyspark.sql import SparkSession
@@ -75,13 +93,18 @@ def build_session(settings: Settings, app_name: str = "streamling") -> SparkSess
         return active
     jars = ensure_jars()
     log4j = Path(str(resources.files("streamling.runtime").joinpath("log4j2.properties")))
-    # Python workers must run this interpreter (the venv with streamling), not whatever
-    # ``python3`` is first on PATH.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    local = settings.spark.master.startswith("local")
-    if local:
-        # Bind the driver to loopback: no external interface is needed or wanted locally.
+    # Python workers, here and on a cluster's executors, must run this interpreter (the venv with
+    # streamling), not whatever ``python3`` is first on PATH. PySpark's Python side reads the
+    # environment, the JVM side (e.g. planning Python data sources) spark.pyspark.python: both agree.
+    python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    driver_python = os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    master = settings.spark.master
+    local = master.startswith("local")
+    loopback = local or _loopback_master(master)
+    if loopback:
+        # Bind the driver to loopback: no external interface is needed or wanted locally. With a
+        # standalone master on loopback the driver runs in client mode on this host (Python apps
+        # cannot use cluster deploy mode), and its executors there must reach it on 127.0.0.1 too.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = (
         SparkSession.builder.appName(app_name)
@@ -97,9 +120,15 @@ def build_session(settings: Settings, app_name: str = "streamling") -> SparkSess
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+        .config("spark.pyspark.python", python)
+        .config("spark.pyspark.driver.python", driver_python)
     )
-    if local:
+    if loopback:
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+    if not local:
+        # One executor per worker with 1g; spark.cores.max stays unset, so the app takes every free
+        # core. The local jar paths in spark.jars are served to executors by the driver.
+        builder = builder.config("spark.executor.memory", "1g")
     for key, value in settings.spark.conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
