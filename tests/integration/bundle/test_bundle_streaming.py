@@ -1,0 +1,166 @@
+"""A notebook deployed as a continuous streaming job, on real Spark and a real Postgres.
+
+One job lives through what production does to it: it starts at deploy, a no-op redeploy leaves it
+alone, a changed SQL transform moves it to the new definition after its current epoch on the same
+checkpoint, its driver is SIGKILLed and the runner restarts it, and a changed source is refused.
+The table must hold every generated id exactly once: nothing lost, nothing skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.postgres]
+
+NOTEBOOK = """\
+# Databricks notebook source
+# MAGIC %load_ext streamling
+
+# COMMAND ----------
+
+# MAGIC %config StreamlingMagics.application_id = 'redeploy_check'
+
+# COMMAND ----------
+
+# MAGIC %%streamling source orders
+# MAGIC type: generate
+# MAGIC rows_per_second: {rate}
+# MAGIC rows_per_batch: 200
+# MAGIC primary_key: id
+
+# COMMAND ----------
+
+# MAGIC %%streamling transform tagged --from orders
+# MAGIC SELECT id, amount, '{version}' AS version FROM orders
+
+# COMMAND ----------
+
+# MAGIC %%streamling sink out --from tagged
+# MAGIC type: postgres
+# MAGIC schema: public
+# MAGIC table: {table}
+"""
+
+
+def bundle(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streamling.cli", "bundle", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=180)
+
+
+def wait_for(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+@pytest.fixture
+def project(tmp_path: Path, pg_environ: dict[str, str], unique_name: str) -> Iterator[tuple[Path, dict[str, str]]]:
+    root = tmp_path / "project"
+    (root / "notebooks").mkdir(parents=True)
+    (root / "notebooks" / "stream.py").write_text(NOTEBOOK.format(rate=200, version="v1", table=unique_name))
+    (root / "bundle.yml").write_text(textwrap.dedent(f"""
+        bundle: {{name: streaming_check}}
+        resources:
+          jobs:
+            stream:
+              continuous: {{}}
+              tasks:
+                - task_key: main
+                  notebook_task: {{notebook_path: ./notebooks/stream.py}}
+                  min_retry_interval_millis: 1000
+        targets:
+          prod:
+            default: true
+            mode: production
+            workspace: {{root_path: {tmp_path / 'root'}}}
+            config: {{checkpoint_interval_sec: 1, spark: {{master: "local[2]"}}}}
+    """))
+    env = {k: v for k, v in pg_environ.items() if not k.startswith("BUNDLE_VAR_")}
+    yield root, env
+    bundle(root, env, "destroy", "--auto-approve")
+
+
+def _ids(pg: Any, table: str) -> list[tuple[int, str]]:
+    try:
+        return [(int(i), str(v)) for i, v in pg.execute(f'SELECT id, version FROM public."{table}" ORDER BY id')]
+    except Exception:  # the sink has not created the table yet
+        return []
+
+
+def _attempts(root: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    runs = json.loads(bundle(root, env, "runs", "-o", "json").stdout)
+    return [a for run in reversed(runs) for a in run["attempts"]]
+
+
+def _complete(rows: list[tuple[int, str]]) -> bool:
+    """Every id from 0 to the largest, once: the generator's rows arrived without a gap."""
+    return bool(rows) and [i for i, _ in rows] == list(range(rows[-1][0] + 1))
+
+
+def test_continuous_notebook_job_redeploys_survives_a_killed_driver_and_refuses_a_changed_source(
+        project: tuple[Path, dict[str, str]], pg: Any, unique_name: str) -> None:
+    root, env = project
+    started = time.monotonic()
+    deployed = bundle(root, env, "deploy")
+    assert deployed.returncode == 0, deployed.stderr
+    first = wait_for(lambda: len(_ids(pg, unique_name)) >= 400, 180, "the first rows in Postgres")
+    print(f"deploy → 400 rows in Postgres: {time.monotonic() - started:.1f}s")
+    assert first
+    [attempt] = _attempts(root, env)
+    assert attempt["state"] == "running"
+
+    # Deploying the same thing again leaves the running driver alone.
+    again = bundle(root, env, "deploy")
+    assert again.returncode == 0 and "up to date" in again.stdout, again.stdout + again.stderr
+    assert [a["pid"] for a in _attempts(root, env)] == [attempt["pid"]]
+
+    # A changed SQL transform: the run moves to the new definition on the same checkpoint.
+    notebook = root / "notebooks" / "stream.py"
+    notebook.write_text(NOTEBOOK.format(rate=200, version="v2", table=unique_name))
+    changed = bundle(root, env, "deploy")
+    assert changed.returncode == 0, changed.stderr
+    assert "~ stream (changed: main; run 1 moves to it after its current epoch)" in changed.stdout
+    wait_for(lambda: any(v == "v2" for _, v in _ids(pg, unique_name)), 180, "rows of the new definition")
+    attempts = _attempts(root, env)
+    assert [a["state"] for a in attempts] == ["redeployed", "running"]
+    rows = _ids(pg, unique_name)
+    assert _complete(rows), "ids missing across the redeploy"
+    first_v2 = min(i for i, v in rows if v == "v2")
+    assert all(v == "v1" for i, v in rows if i < first_v2)
+
+    # SIGKILL the driver: the runner restarts it from its checkpoint without anyone acting.
+    before = rows[-1][0]
+    killed_at = time.monotonic()
+    os.killpg(attempts[-1]["pid"], signal.SIGKILL)
+    wait_for(lambda: (r := _ids(pg, unique_name)) and r[-1][0] > before + 400, 180, "rows after the restart")
+    print(f"driver killed → 400 more rows: {time.monotonic() - killed_at:.1f}s")
+    states = [a["state"] for a in _attempts(root, env)]
+    assert states[:3] == ["redeployed", "failed", "running"], states
+    assert _complete(_ids(pg, unique_name)), "ids missing across the driver kill"
+
+    # A reconfigured source cannot resume from this checkpoint: refused, nothing changes.
+    notebook.write_text(NOTEBOOK.format(rate=300, version="v2", table=unique_name))
+    refused = bundle(root, env, "deploy")
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines()[0] == (
+        "Error: job 'stream' task 'main': source 'orders' was reconfigured (rows_per_second: 200 → 300) since "
+        "deployment 2; the checkpoint of application_id 'redeploy_check' records the old sources' offsets, so the "
+        "new definition cannot resume from it — deploy it under a new application_id (in the notebook: %config "
+        "StreamlingMagics.application_id = 'redeploy_check_v2'); it then reads its sources from their starting "
+        "offsets")
+    assert json.loads(bundle(root, env, "summary", "-o", "json").stdout)["deployment"]["version"] == 2
