@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 from IPython import get_ipython
-from IPython.core.error import UsageError
 from IPython.testing.globalipapp import start_ipython
 
 from streamling.config import load_settings
+from streamling.notebook.magics import PipelineError
 from streamling.runtime.planner import build_plan
 from streamling.spec import PipelineSpec, load_pipeline, parse_pipeline
 
@@ -119,14 +119,14 @@ def test_remove_drops_a_node(ip: Any) -> None:
     author(ip)
     ip.run_line_magic("streamling", "remove screen")
     assert "screen" not in _pipeline(ip).nodes
-    with pytest.raises(UsageError, match="Node 'screen': there is no node 'screen'"):
+    with pytest.raises(PipelineError, match="Node 'screen': there is no node 'screen'"):
         ip.run_line_magic("streamling", "remove screen")
 
 
 def test_errors_fail_the_cell_with_one_line_per_problem(ip: Any) -> None:
     ip.run_cell_magic("streamling", "source orders", "type: generate\nrows: 10\n")
     ip.run_cell_magic("streamling", "sink out --from orders", "type: prnt\n")
-    with pytest.raises(UsageError) as err:
+    with pytest.raises(PipelineError) as err:
         ip.run_line_magic("streamling", "validate")
     message = str(err.value)
     assert message == ("Node 'out': unknown sink type 'prnt' (did you mean 'print'?); "
@@ -135,12 +135,12 @@ def test_errors_fail_the_cell_with_one_line_per_problem(ip: Any) -> None:
 
 
 def test_bad_yaml_body_names_the_line(ip: Any) -> None:
-    with pytest.raises(UsageError, match=r"the cell body is not valid YAML at line 2.*write the source's keys"):
+    with pytest.raises(PipelineError, match=r"the cell body is not valid YAML at line 2.*write the source's keys"):
         ip.run_cell_magic("streamling", "source orders", "type: generate\n  rows: 10\n")
 
 
 def test_sink_without_from_says_what_to_do(ip: Any) -> None:
-    with pytest.raises(UsageError, match=r"Node 'out': a sink reads one node: add --from UPSTREAM"):
+    with pytest.raises(PipelineError, match=r"Node 'out': a sink reads one node: add --from UPSTREAM"):
         ip.run_cell_magic("streamling", "sink out", "type: print\n")
 
 
@@ -156,7 +156,7 @@ def test_full_traceback_switch_raises_the_original_error(ip: Any) -> None:
 
 
 def test_unknown_command_lists_usage(ip: Any) -> None:
-    with pytest.raises(UsageError, match=r"(?s)unknown command 'frobnicate'.*%streamling validate"):
+    with pytest.raises(PipelineError, match=r"(?s)unknown command 'frobnicate'.*%streamling validate"):
         ip.run_line_magic("streamling", "frobnicate")
 
 
@@ -198,3 +198,12 @@ def test_debug_changes_without_a_key_compare_rows_as_multisets() -> None:
                                    "rows_after": 4, "rows_added": 2, "rows_removed": 2, "rows_changed": 0}
     widened = DebugResult("t", Capture("t", 0, {}, {}, "run"), before, after).changes()
     assert widened["columns_added"] == ["w"] and widened["rows_added"] == 4 and widened["rows_removed"] == 4
+
+
+def test_a_failing_cell_shows_one_pipeline_error_line(ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    result = ip.run_cell("%streamling remove ghost")
+    assert isinstance(result.error_in_exec, PipelineError)
+    shown = capsys.readouterr()
+    assert "PipelineError: Node 'ghost': there is no node 'ghost' — nodes: none yet" in shown.out + shown.err
+    assert "Traceback" not in shown.out + shown.err
+    assert ip.custom_exceptions == (PipelineError,)  # the handler did not fail and unregister itself

@@ -6,6 +6,15 @@ from typing import Any
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    from streamling.notebook.magics import StreamlingMagics
+    """Register the magics, the ``PipelineError`` display and (unless the kernel has one) ``dbutils``.
+
+    ``set_custom_exc`` holds one handler per shell: loading streamling replaces another extension's.
+    """
+    from streamling.notebook.cells import PipelineError
+    from streamling.notebook.dbutils import dbutils
+    from streamling.notebook.magics import StreamlingMagics, show_pipeline_error
 
     ipython.register_magics(StreamlingMagics)
+    ipython.set_custom_exc((PipelineError,), show_pipeline_error)
+    if "dbutils" not in ipython.user_ns:  # on Databricks the real dbutils wins
+        ipython.user_ns["dbutils"] = dbutils

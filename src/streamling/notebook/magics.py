@@ -1,61 +1,33 @@
 """``%%streamling`` cell magics and ``%streamling`` line magics.
 
 One node per cell (re-running a cell replaces the node), line magics to validate, show, preview,
-run, debug and export. A failing magic fails its cell with a one-line ``Node 'x': … — …``
-message (so "Run all", nbval and jobs stop); ``%config StreamlingMagics.full_traceback = True``
-shows the whole traceback instead.
+run, debug and export. What a cell means is decided in ``streamling.notebook.cells``, which the
+bundle compiler shares, so a notebook deployed as a job builds the pipeline its cells build here.
+
+A failing magic raises ``PipelineError`` with one ``Node 'x': … — …`` line per problem; the
+extension's exception handler (``show_pipeline_error``) shows just that as the cell's error, so
+"Run all", nbconvert, papermill, nbval and jobs stop there. ``%config
+StreamlingMagics.full_traceback = True`` raises the original exception with its whole traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
 import threading
+from collections.abc import Mapping
 from typing import Any, TextIO, cast
 
-import yaml
-from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.display import display
 from traitlets import Bool, Int, Unicode
 
 from streamling.errors import StreamlingError, java_message
 from streamling.notebook import render
+from streamling.notebook.cells import USAGE, PipelineError, cell_node, has_references, parse_line
 from streamling.notebook.session import DebugResult, NotebookPipeline, Preview, problems_of
+from streamling.spec.pipeline import Kind
 
-USAGE = """\
-%%streamling source NAME [--type T]                 body: the node's YAML keys
-%%streamling transform NAME [--from A[,B]] [--type sql|script|…] [--language javascript|typescript]
-                                                     body: SQL (default), JS/TS for script, YAML otherwise
-%%streamling sink NAME --from A [--type T]          body: the node's YAML keys
-%%streamling pipeline                               body: a whole pipeline YAML
-(any cell: --option KEY=VALUE, VALUE read as YAML, repeatable)
-%streamling validate | show | yaml | status | stop | reset
-%streamling preview NODE [--rows N]
-%streamling run [--rows N | --seconds S] [--wait] [--sample N]
-%streamling wait [--timeout S]
-%streamling capture NODE | debug NODE | remove NODE | export PATH"""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse would sys.exit(); a magic must raise
-        raise StreamlingError(f"{message}", hint=f"usage:\n{USAGE}")
-
-
-def _parser() -> _Parser:
-    p = _Parser(prog="%streamling", add_help=False)
-    p.add_argument("command")
-    p.add_argument("name", nargs="?")
-    p.add_argument("--from", dest="from_")
-    p.add_argument("--type")
-    p.add_argument("--language")
-    p.add_argument("--option", action="append", default=[])
-    p.add_argument("--rows", type=int)
-    p.add_argument("--seconds", type=float)
-    p.add_argument("--timeout", type=float)
-    p.add_argument("--sample", type=int)
-    p.add_argument("--wait", action="store_true")
-    return p
+__all__ = ["USAGE", "PipelineError", "StreamlingMagics", "one_line", "show_pipeline_error"]
 
 
 def one_line(exc: BaseException) -> str:
@@ -71,18 +43,21 @@ def one_line(exc: BaseException) -> str:
     return "\n".join(lines)
 
 
-def _yaml_body(text: str, what: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text) if text.strip() else {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise StreamlingError(f"the cell body is not valid YAML{where}: {getattr(exc, 'problem', exc)}",
-                              hint=f"write the {what}'s keys as in the pipeline YAML") from exc
-    if not isinstance(data, dict):
-        raise StreamlingError("the cell body must be YAML keys (a mapping)",
-                              hint=f"write the {what}'s keys as in the pipeline YAML, e.g. 'type: …'")
-    return data
+def show_pipeline_error(shell: Any, etype: type[BaseException], value: BaseException, tb: Any,
+                        tb_offset: int | None = None) -> list[str]:
+    """IPython's custom exception handler for ``PipelineError``: one error output, the message only.
+
+    The kernel sends it as the cell's error (ename ``PipelineError``, evalue the message, a traceback
+    of just ``PipelineError: <message>``), so the cell fails for every runner and nothing else is
+    printed. With ``%config StreamlingMagics.full_traceback = True`` the usual traceback is shown.
+    """
+    magics = shell.magics_manager.registry.get("StreamlingMagics")
+    if magics is not None and magics.full_traceback:
+        stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+    else:
+        stb = [f"{etype.__name__}: {value}"]
+    shell._showtraceback(etype, value, stb)  # sends the error output (ipykernel) or prints it (terminal)
+    return cast(list[str], stb)
 
 
 class _WidgetStream:
@@ -128,68 +103,52 @@ class StreamlingMagics(Magics):
     @line_cell_magic
     def streamling(self, line: str, cell: str | None = None) -> Any:
         try:
-            args = _parser().parse_args(shlex.split(line))
+            args = parse_line(line, self._parameters(line))
             if cell is None:
                 return self._line(args)
             return self._cell(args, cell)
         except StreamlingError as exc:
             if self.full_traceback:
                 raise
-            raise UsageError(one_line(exc)) from None
-        except UsageError:
+            raise PipelineError(one_line(exc)) from None
+        except PipelineError:
             raise
         except Exception as exc:
             if self.full_traceback:
                 raise
-            raise UsageError(f"{java_message(exc)} — `%config StreamlingMagics.full_traceback = True` "
-                             "shows the full traceback") from None
+            raise PipelineError(f"{java_message(exc)} — `%config StreamlingMagics.full_traceback = True` "
+                                "shows the full traceback") from None
 
     # --- cells ----------------------------------------------------------------------------------
 
-    def _options(self, args: argparse.Namespace) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for item in args.option:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise StreamlingError(f"--option '{item}' is not KEY=VALUE", hint="e.g. --option primary_key=id")
-            out[key.strip()] = yaml.safe_load(value)
-        return out
+    def _parameters(self, text: str) -> Mapping[str, str] | None:
+        """The values ``{{name}}`` / ``${name}`` refer to: the kernel's ``dbutils`` widgets (job
+        parameters over declared defaults). ``None`` when ``text`` refers to none."""
+        if not has_references(text):
+            return None
+        from streamling.notebook.dbutils import dbutils as local
+
+        user = self.shell.user_ns.get("dbutils") if self.shell is not None else None
+        get_all = getattr(getattr(user, "widgets", None), "getAll", None)
+        if user is not None and user is not local and callable(get_all):
+            try:  # Databricks' own dbutils: its widgets hold the job's parameters
+                return {str(k): str(v) for k, v in dict(get_all()).items()}
+            except Exception:  # noqa: BLE001 - an older dbutils without getAll: the local widgets
+                pass
+        return local.widgets.getAll()
 
     def _cell(self, args: argparse.Namespace, body: str) -> Any:
-        kind = args.command
-        if kind == "pipeline":
-            self.pipeline.load_document(yaml.safe_load(body) if body.strip() else None)
+        node = cell_node(args, body, self._parameters(body))
+        if node.kind == "pipeline":
+            self.pipeline.load_document(node.definition)
             return self._validated()
-        if kind not in ("source", "transform", "sink"):
-            raise StreamlingError(f"unknown cell kind '{kind}'", hint=f"usage:\n{USAGE}")
-        if not args.name:
-            raise StreamlingError(f"the {kind} needs a name", hint=f"%%streamling {kind} NAME …")
-        name = args.name
-        head: dict[str, Any] = {}
-        if kind == "transform" and (args.type or "sql") == "sql":
-            head = {"type": "sql"}
-            rest: dict[str, Any] = {"sql": body.strip()}
-        elif kind == "transform" and args.type == "script":
-            head = {"type": "script", "language": args.language or "javascript"}
-            rest = {"script": body.strip("\n") + "\n"}
-        else:
-            rest = _yaml_body(body, kind)
-            if args.type:
-                head["type"] = args.type
-            elif "type" in rest:
-                head["type"] = rest.pop("type")
-        if args.from_:
-            head["from"] = [s.strip() for s in args.from_.split(",") if s.strip()]
-        elif kind == "sink" and "from" not in rest:
-            raise StreamlingError("a sink reads one node: add --from UPSTREAM", node=name,
-                                  hint=f"%%streamling sink {name} --from <transform or source>")
-        definition = {**head, **rest, **self._options(args)}
+        name = str(node.name)
         try:
-            self.pipeline.define(kind, name, definition)
+            self.pipeline.define(cast(Kind, node.kind), name, node.definition)
         except StreamlingError as exc:
             exc.node = exc.node or name
             raise
-        if kind == "transform" and name in self.pipeline.captures:
+        if node.kind == "transform" and name in self.pipeline.captures:
             return self._debug_view(self.pipeline.debug(name))
         return None
 

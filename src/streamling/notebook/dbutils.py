@@ -1,0 +1,163 @@
+"""A local ``dbutils`` with Databricks' ``dbutils.widgets``: notebook parameters that jobs override.
+
+A notebook declares its parameters the Databricks way::
+
+    dbutils.widgets.text("topic", "orders", "Kafka topic")
+    topic = dbutils.widgets.get("topic")
+
+and a ``%%streamling`` cell refers to one as ``{{topic}}`` or ``${topic}``. A widget's value is its
+declared default unless a job parameter of the same name is set: the job runner passes them as a
+JSON object (name → string) in ``STREAMLING_JOB_PARAMETERS``, which also lets a papermill or
+nbconvert run pass parameters. A job parameter is readable with ``get`` even when no widget
+declares it, as on Databricks. ``load_ipython_extension`` puts this object in the notebook's
+namespace only when ``dbutils`` is not defined there already (on Databricks the real one wins).
+
+There is no UI: the widgets only hold values. The bundle compiler reads the same declarations
+from the notebook's source without running it (``streamling.bundle.compile``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from streamling.errors import StreamlingError
+
+PARAMETERS_ENV = "STREAMLING_JOB_PARAMETERS"
+
+
+class InputWidgetNotDefined(LookupError):
+    """``dbutils.widgets.get`` of a name no widget declares and no job parameter sets."""
+
+
+def job_parameters(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The job's parameters from ``STREAMLING_JOB_PARAMETERS`` (empty when unset)."""
+    env = os.environ if environ is None else environ
+    raw = env.get(PARAMETERS_ENV, "").strip()
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise StreamlingError(f"{PARAMETERS_ENV} is not valid JSON: {exc}",
+                              hint='set it to a JSON object of strings, e.g. {"topic": "orders"}') from exc
+    if not isinstance(data, dict):
+        raise StreamlingError(f"{PARAMETERS_ENV} must be a JSON object (name → value)",
+                              hint='e.g. {"topic": "orders"}')
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in data.items()}
+
+
+@dataclass
+class Widget:
+    """One declared widget: its kind, default, choices and label."""
+
+    kind: str
+    default: str
+    choices: list[str] = field(default_factory=list)
+    label: str | None = None
+
+
+def _text(value: object, what: str) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, (list, tuple, dict, set)):
+        raise TypeError(f"{what} must be a string, not {type(value).__name__}")
+    return str(value)
+
+
+class Widgets:
+    """``dbutils.widgets``: declared defaults overridden by job parameters.
+
+    ``environ`` is read on every call (``None``: the process environment), so parameters set after
+    the object was made still count.
+    """
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ = environ
+        self._widgets: dict[str, Widget] = {}
+
+    # --- declaring ----------------------------------------------------------------------------
+
+    def _declare(self, kind: str, name: str, defaultValue: str, choices: Sequence[str] | None,
+                 label: str | None) -> None:
+        name = _text(name, "the widget name")
+        default = _text(defaultValue, f"the default value of widget '{name}'")
+        options = [_text(c, f"a choice of widget '{name}'") for c in choices] if choices is not None else []
+        if choices is not None and not options:
+            raise ValueError(f"widget '{name}' needs at least one choice")
+        if kind in ("dropdown", "multiselect"):
+            picked = [v.strip() for v in default.split(",")] if kind == "multiselect" else [default]
+            missing = [v for v in picked if v not in options]
+            if missing:
+                raise ValueError(f"default value {default!r} of {kind} widget '{name}' is not one of its choices: "
+                                 f"{', '.join(options)}")
+        self._widgets[name] = Widget(kind, default, options, label)
+
+    def text(self, name: str, defaultValue: str, label: str | None = None) -> None:
+        """A free-text parameter."""
+        self._declare("text", name, defaultValue, None, label)
+
+    def dropdown(self, name: str, defaultValue: str, choices: Sequence[str],
+                 label: str | None = None) -> None:
+        """A parameter with one of ``choices``; the default must be one of them."""
+        self._declare("dropdown", name, defaultValue, choices, label)
+
+    def combobox(self, name: str, defaultValue: str, choices: Sequence[str],
+                 label: str | None = None) -> None:
+        """A free-text parameter with suggested ``choices``."""
+        self._declare("combobox", name, defaultValue, choices, label)
+
+    def multiselect(self, name: str, defaultValue: str, choices: Sequence[str],
+                    label: str | None = None) -> None:
+        """Several of ``choices``, as one comma-separated string."""
+        self._declare("multiselect", name, defaultValue, choices, label)
+
+    def remove(self, name: str) -> None:
+        if name not in self._widgets:
+            raise InputWidgetNotDefined(f"No input widget named {name} is defined")
+        del self._widgets[name]
+
+    def removeAll(self) -> None:
+        self._widgets.clear()
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def defaults(self) -> dict[str, str]:
+        """Declared widgets and their defaults, before job parameters."""
+        return {name: w.default for name, w in self._widgets.items()}
+
+    def declared(self) -> dict[str, Widget]:
+        return dict(self._widgets)
+
+    def getAll(self) -> dict[str, str]:
+        """Every widget's value and every job parameter (a job parameter wins over a default)."""
+        return {**self.defaults(), **job_parameters(self._environ)}
+
+    def get(self, name: str) -> str:
+        values = self.getAll()
+        if name not in values:
+            raise InputWidgetNotDefined(f"No input widget named {name} is defined")
+        return values[name]
+
+    def getArgument(self, name: str, default: str | None = None) -> str | None:
+        """Databricks' older form of ``get``: ``default`` when the widget is not defined."""
+        return self.getAll().get(name, default)
+
+    def __repr__(self) -> str:
+        return f"<streamling widgets: {', '.join(self._widgets) or 'none declared'}>"
+
+
+class DBUtils:
+    """The part of Databricks' ``dbutils`` a streamling notebook uses outside Databricks."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self.widgets = Widgets(environ)
+
+    def __repr__(self) -> str:
+        return "<streamling dbutils (widgets only): the local stand-in for Databricks' dbutils>"
+
+
+#: The notebook's ``dbutils`` when the kernel has none (see ``load_ipython_extension``).
+dbutils = DBUtils()

@@ -1,0 +1,138 @@
+"""Notebook parameters the Databricks way: ``dbutils.widgets`` declare them, a job overrides them through
+``STREAMLING_JOB_PARAMETERS``, and ``{{name}}`` / ``${name}`` insert them into ``%%streamling`` cells."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from IPython import get_ipython
+from IPython.testing.globalipapp import start_ipython
+
+from streamling.errors import StreamlingError
+from streamling.notebook import load_ipython_extension
+from streamling.notebook.cells import PipelineError, cell_node, parse_line, substitute
+from streamling.notebook.dbutils import PARAMETERS_ENV, DBUtils, InputWidgetNotDefined, Widgets, dbutils
+
+
+def test_widgets_hold_defaults_that_job_parameters_override() -> None:
+    env = {PARAMETERS_ENV: json.dumps({"topic": "prod.orders", "extra": "1", "n": 5})}
+    widgets = Widgets(env)
+    widgets.text("topic", "orders", "Kafka topic")
+    widgets.dropdown("mode", "fast", ["fast", "safe"])
+    widgets.combobox("region", "eu", ["us"], label="Region")
+    widgets.multiselect("days", "mon,tue", ["mon", "tue", "wed"])
+    assert widgets.get("topic") == "prod.orders"
+    assert widgets.get("mode") == "fast"
+    assert widgets.get("extra") == "1"  # a job parameter no widget declares is readable, as on Databricks
+    assert widgets.getAll() == {"topic": "prod.orders", "mode": "fast", "region": "eu", "days": "mon,tue",
+                                "extra": "1", "n": "5"}
+    assert widgets.defaults() == {"topic": "orders", "mode": "fast", "region": "eu", "days": "mon,tue"}
+    assert widgets.getArgument("nope", "x") == "x" and widgets.getArgument("mode") == "fast"
+    widgets.remove("mode")
+    with pytest.raises(InputWidgetNotDefined, match="^No input widget named mode is defined$"):
+        widgets.get("mode")
+    widgets.removeAll()
+    assert widgets.defaults() == {}
+
+
+def test_widget_declarations_are_checked() -> None:
+    widgets = DBUtils(environ={}).widgets
+    with pytest.raises(ValueError, match="not one of its choices: fast, safe"):
+        widgets.dropdown("mode", "slow", ["fast", "safe"])
+    with pytest.raises(ValueError, match="not one of its choices"):
+        widgets.multiselect("days", "mon,sun", ["mon", "tue"])
+    with pytest.raises(TypeError):
+        widgets.text("n", None)  # type: ignore[arg-type]
+    with pytest.raises(InputWidgetNotDefined):
+        widgets.remove("never")
+
+
+def test_job_parameters_must_be_a_json_object() -> None:
+    with pytest.raises(StreamlingError, match="STREAMLING_JOB_PARAMETERS is not valid JSON"):
+        Widgets({PARAMETERS_ENV: "topic=orders"}).getAll()
+    with pytest.raises(StreamlingError, match="must be a JSON object"):
+        Widgets({PARAMETERS_ENV: "[1]"}).getAll()
+
+
+def test_substitute_replaces_both_forms_and_leaves_dotted_ones() -> None:
+    values = {"topic": "orders", "rows": "10"}
+    assert substitute("topic: {{topic}}\nrows: {{ rows }}", values, "x") == "topic: orders\nrows: 10"
+    assert substitute("t_${topic} ${var.x} {{job.id}} $${topic}", values, "x") == \
+        "t_orders ${var.x} {{job.id}} ${topic}"
+    assert substitute("no references", {}, "x") == "no references"
+    script = "return `${topic} is ${row.x}` + '{{topic}}' + `$${topic}`;"
+    assert substitute(script, values, "x", dollar_braces=False) == \
+        "return `${topic} is ${row.x}` + 'orders' + `$${topic}`;"
+
+
+def test_an_unknown_parameter_names_every_unknown_and_the_defined_ones() -> None:
+    with pytest.raises(StreamlingError) as err:
+        substitute("{{a}} ${b} {{a}} {{rows}}", {"rows": "1", "topic": "t"}, "the cell body")
+    assert err.value.headline() == (
+        "unknown parameters 'a', 'b' in the cell body — defined parameters: rows, topic; declare one with "
+        "dbutils.widgets.text('a', '<default>') or pass it as a job parameter")
+
+
+def test_cell_lines_and_bodies_take_parameters() -> None:
+    values = {"name": "orders", "n": "5"}
+    args = parse_line("source {{name}} --option 'rows=${n}'", values)
+    assert cell_node(args, "type: generate\nprimary_key: id\n", values) == (
+        "source", "orders", {"type": "generate", "primary_key": "id", "rows": 5})
+    script = cell_node(parse_line("transform t --from {{name}} --type script", values),
+                       "function process(row) { return {...row, s: `${row.id}-{{n}}`}; }", values)
+    assert script.definition["script"] == "function process(row) { return {...row, s: `${row.id}-5`}; }\n"
+    assert cell_node(parse_line("pipeline"), "sources: {a: {type: generate, rows: {{n}}}}", values).definition == {
+        "sources": {"a": {"type": "generate", "rows": 5}}}
+
+
+@pytest.fixture
+def ip(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    shell = start_ipython() or get_ipython()
+    assert shell is not None
+    shell.run_line_magic("load_ext", "streamling")
+    magics = shell.magics_manager.registry["StreamlingMagics"]
+    magics._pipeline = None
+    monkeypatch.delenv(PARAMETERS_ENV, raising=False)
+    yield shell
+    magics._pipeline = None
+    dbutils.widgets.removeAll()
+
+
+def test_the_magic_substitutes_widget_values_and_job_parameters(ip: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ip.user_ns["dbutils"] is dbutils
+    ip.run_cell('dbutils.widgets.text("rows", "10")\ndbutils.widgets.text("src", "orders")').raise_error()
+    ip.run_cell_magic("streamling", "source {{src}}", "type: generate\nrows: {{rows}}\n")
+    monkeypatch.setenv(PARAMETERS_ENV, json.dumps({"rows": "99"}))
+    ip.run_cell_magic("streamling", "source other", "type: generate\nrows: ${rows}\n")
+    nodes = ip.magics_manager.registry["StreamlingMagics"].pipeline.nodes
+    assert nodes["orders"][1]["rows"] == 10 and nodes["other"][1]["rows"] == 99
+    unknown = r"unknown parameter 'nope' in the cell line — defined parameters: rows, src;"
+    with pytest.raises(PipelineError, match=unknown):
+        ip.run_line_magic("streamling", "remove {{nope}}")
+
+
+class _Shell:
+    def __init__(self, user_ns: dict[str, Any]) -> None:
+        self.user_ns = user_ns
+        self.registered: list[Any] = []
+        self.custom_exc: tuple[Any, Any] | None = None
+
+    def register_magics(self, magics: Any) -> None:
+        self.registered.append(magics)
+
+    def set_custom_exc(self, exc_tuple: tuple[type[BaseException], ...], handler: Any) -> None:
+        self.custom_exc = (exc_tuple, handler)
+
+
+def test_load_ext_keeps_a_dbutils_the_kernel_already_has() -> None:
+    databricks = object()
+    shell = _Shell({"dbutils": databricks})
+    load_ipython_extension(shell)
+    assert shell.user_ns["dbutils"] is databricks
+    assert shell.custom_exc is not None and shell.custom_exc[0] == (PipelineError,)
+    fresh = _Shell({})
+    load_ipython_extension(fresh)
+    assert fresh.user_ns["dbutils"] is dbutils
