@@ -1,0 +1,586 @@
+"""Compile a notebook into the pipeline its ``%%streamling`` cells build, without running it.
+
+``streamling bundle deploy`` ships a notebook as a job: the deploy step reads the notebook's
+cells, builds the very pipeline document the magics would build when the notebook runs top to
+bottom (the same ``streamling.notebook.cells`` code turns a cell into a node, the same
+``NotebookPipeline`` adds, replaces and removes nodes), validates it, and a job driver runs that
+document. No kernel, no Spark and no user code run at deploy time.
+
+Notebooks: Jupyter ``.ipynb`` (nbformat 4) and Databricks source notebooks (``.py`` whose first line is
+``# Databricks notebook source``; cells separated by ``# COMMAND ----------``; ``# MAGIC `` prefixes
+stripped, ``# MAGIC`` alone is an empty line; ``# MAGIC %md`` cells are markdown; ``# DBTITLE``
+lines ignored). Cells are numbered from 1 in notebook order, markdown cells included, as a person
+counts them; an error's location is ``<notebook>: cell N`` plus a line — in an ``.ipynb`` the line
+within the cell, in a ``.py`` source notebook the line of the file.
+
+What each cell means in a job:
+
+- ``%load_ext streamling`` / ``%reload_ext streamling``, comments and blank lines: fine.
+- ``%config StreamlingMagics.application_id = '…'`` and ``config_name``: applied (a Python literal).
+  ``monitor``, ``sample_rows`` and ``full_traceback`` have no effect in a job and are ignored. Any
+  other ``%config`` is an error.
+- ``%%streamling source|transform|sink|pipeline`` cells: nodes, exactly as the magic builds them;
+  ``%streamling remove NODE`` removes one. A re-defined node keeps its first place, as in the
+  notebook.
+- Parameters: ``dbutils.widgets.text|dropdown|combobox|multiselect(name, default, …)`` declare
+  them; ``{{name}}`` / ``${name}`` in a cell line or body take the job parameter passed to
+  ``compile_notebook`` or else the declared default (see ``streamling.notebook.cells``). A reference
+  to an unknown parameter is an error that lists the defined ones.
+- ``%streamling run [--rows N | --seconds S]``: the job's run options (``rows`` / ``seconds``; the
+  last ``run`` counts). ``--wait`` and ``--sample``, ``wait``, ``stop`` and ``status`` have no
+  effect in a job.
+- ``validate``, ``show``, ``yaml``, ``preview``, ``capture``, ``debug`` and ``export`` only display
+  something in the notebook: skipped. ``%streamling reset`` is skipped with a warning — a job never
+  deletes its checkpoints.
+- Python code cells: a cell whose statements are only imports, ``dbutils.widgets`` declarations
+  with literal arguments (and ``remove`` / ``removeAll``), and ``x = dbutils.widgets.get("name")``
+  declares parameters. Any other Python code is an error: a job runs the cells as one pipeline and
+  never executes the notebook. Tag such a cell ``interactive`` (the cell's metadata tags; in a
+  Databricks source notebook a first line ``# streamling: interactive``) to keep it for the
+  notebook only: interactive cells, of any kind, are not part of the job.
+- Other magics (``%pip``, ``%sh``, ``%%sql``, ``%run``, ``!cmd``, …): an error naming the magic.
+  Markdown and raw cells are ignored.
+- Cells tagged ``raises-exception`` (nbval: the cell is expected to fail) are compiled like any
+  other: the job gets the pipeline the notebook has after "Run all". A ``%%streamling`` cell that
+  defines its node and then fails (e.g. re-running a captured batch) has defined it; a tagged cell
+  that fails to build its node changes nothing, as in the notebook, and is reported as a warning.
+  The tag does not make Python code part of the job, nor excuse an unsupported magic.
+
+Every problem is reported at once: ``compile_notebook`` raises a ``ValidationError`` listing each
+cell's problems and then the document's own validation (``streamling.spec.parse_pipeline``),
+located at the cell that defined the node.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import yaml
+
+from streamling.errors import Location, StreamlingError, ValidationError
+from streamling.notebook.cells import USAGE, cell_node, parse_line
+from streamling.notebook.dbutils import InputWidgetNotDefined, Widgets
+from streamling.notebook.session import NotebookPipeline, _blocks, _Dumper, problems_of
+from streamling.spec import parse_pipeline
+from streamling.spec.pipeline import SECTIONS, Kind
+
+DATABRICKS_HEADER = "# Databricks notebook source"
+DATABRICKS_SEPARATOR = "# COMMAND ----------"
+INTERACTIVE = "interactive"
+RAISES = "raises-exception"
+
+#: line magics that only display something in the notebook
+DISPLAY_COMMANDS = {"validate", "show", "yaml", "preview", "capture", "debug", "export"}
+#: line magics that manage a notebook run; the job runs the pipeline itself
+RUN_CONTROL_COMMANDS = {"wait", "stop", "status"}
+APPLIED_SETTINGS = {"application_id", "config_name"}
+IGNORED_SETTINGS = {"monitor", "sample_rows", "full_traceback"}
+WIDGET_DECLARATIONS = {"text", "dropdown", "combobox", "multiselect"}
+WIDGET_READS = {"get", "getArgument"}
+
+_TAG_LINE = re.compile(r"^#\s*streamling:\s*(?P<tags>[\w\-, ]+?)\s*$")
+_CONFIG = re.compile(r"^(?P<cls>[A-Za-z_]\w*)\.(?P<trait>[A-Za-z_]\w*)\s*=\s*(?P<value>.+)$")
+_PYTHON_ONLY = ("Python code is not part of a job: a job runs the notebook's %%streamling cells as one "
+                "pipeline")
+_PYTHON_HINT = "tag the cell `interactive` to keep it for the notebook only, or move the logic into a transform"
+
+
+@dataclass
+class Cell:
+    """One notebook cell. ``lines`` maps each line of ``source`` to its line in the file (Databricks
+    source notebooks; ``None`` for ``.ipynb``, where a location gives the line within the cell)."""
+
+    index: int
+    kind: Literal["code", "markdown", "raw"]
+    source: str
+    tags: list[str] = field(default_factory=list)
+    lines: list[int] | None = field(default=None, repr=False, compare=False)
+
+    def line(self, offset: int) -> int:
+        """The notebook line of the source's line ``offset`` (0-based)."""
+        if self.lines is not None and self.lines:
+            return self.lines[min(offset, len(self.lines) - 1)]
+        return offset + 1
+
+
+@dataclass
+class CompiledNotebook:
+    """The pipeline a notebook's cells build, and what else a job needs from the notebook."""
+
+    path: Path
+    document: dict[str, Any]
+    application_id: str | None = None
+    config_name: str | None = None
+    parameters: dict[str, str] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_yaml(self) -> str:
+        """The pipeline YAML, written as ``%streamling export`` writes it."""
+        return yaml.dump(_blocks(self.document), Dumper=_Dumper, sort_keys=False, allow_unicode=True,
+                         default_flow_style=False)
+
+
+# --- reading notebooks ----------------------------------------------------------------------------
+
+
+def read_notebook(path: Path) -> list[Cell]:
+    """The cells of an ``.ipynb`` or of a Databricks source notebook (``.py``)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise StreamlingError(f"cannot read the notebook: {exc.strerror or exc}", location=Location(str(path)),
+                              hint="check the notebook_path") from exc
+    if path.suffix == ".ipynb":
+        return _read_ipynb(text, path)
+    if text.lstrip("\ufeff").startswith(DATABRICKS_HEADER):
+        return _read_databricks(text)
+    raise StreamlingError("not a notebook: expected a Jupyter .ipynb or a Databricks source notebook "
+                          f"(a .py file starting with '{DATABRICKS_HEADER}')", location=Location(path.name),
+                          hint="export the notebook as .ipynb or as a Databricks source file")
+
+
+def _tags_from_marker(lines: list[str]) -> tuple[list[str], int]:
+    """Tags given by a first line ``# streamling: interactive`` and how many lines to drop."""
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        match = _TAG_LINE.match(line.strip())
+        if match:
+            return [t.strip() for t in match.group("tags").split(",") if t.strip()], i + 1
+        break
+    return [], 0
+
+
+def _read_ipynb(text: str, path: Path) -> list[Cell]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StreamlingError(f"the notebook is not valid JSON: {exc}", location=Location(path.name, exc.lineno),
+                              hint="open and save it in Jupyter") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        raise StreamlingError("the notebook has no 'cells' list (nbformat 4 expected)", location=Location(path.name))
+    if int(data.get("nbformat", 4)) < 4:
+        raise StreamlingError(f"nbformat {data.get('nbformat')} notebooks are not supported (4 expected)",
+                              location=Location(path.name), hint="save the notebook with a current Jupyter")
+    cells: list[Cell] = []
+    for index, raw in enumerate(data["cells"], start=1):
+        source = raw.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        kind = raw.get("cell_type")
+        tags = [str(t) for t in (raw.get("metadata") or {}).get("tags", []) or []]
+        if kind == "code":
+            marker, _ = _tags_from_marker(source.splitlines())
+            tags += [t for t in marker if t not in tags]
+        cell_kind = cast(Literal["code", "markdown", "raw"], kind if kind in ("code", "markdown") else "raw")
+        cells.append(Cell(index, cell_kind, source, tags))
+    return cells
+
+
+def _read_databricks(text: str) -> list[Cell]:
+    chunks: list[list[tuple[int, str]]] = [[]]
+    for number, line in enumerate(text.splitlines()[1:], start=2):
+        if line.strip() == DATABRICKS_SEPARATOR:
+            chunks.append([])
+        elif not line.startswith("# DBTITLE"):
+            chunks[-1].append((number, line))
+    cells: list[Cell] = []
+    for chunk in chunks:
+        lines = [(n, _unmagic(line)) for n, line in chunk]
+        while lines and not lines[0][1].strip():
+            lines.pop(0)
+        while lines and not lines[-1][1].strip():
+            lines.pop()
+        if not lines:
+            continue
+        tags, drop = _tags_from_marker([line for _, line in lines])
+        lines = lines[drop:]
+        while lines and not lines[0][1].strip():
+            lines.pop(0)
+        first = lines[0][1].strip() if lines else ""
+        if first.split(" ", 1)[0] in ("%md", "%md-sandbox"):
+            kind: Literal["code", "markdown", "raw"] = "markdown"
+            lines = lines[1:]
+        else:
+            kind = "code"
+        cells.append(Cell(len(cells) + 1, kind, "\n".join(line for _, line in lines) + "\n", tags,
+                          [n for n, _ in lines]))
+    return cells
+
+
+def _unmagic(line: str) -> str:
+    if line.startswith("# MAGIC "):
+        return line[len("# MAGIC "):]
+    return "" if line.rstrip() == "# MAGIC" else line
+
+
+# --- compiling ------------------------------------------------------------------------------------
+
+
+class _CellError(Exception):
+    """A cell the job cannot take (Python code, another magic): an error even when the cell is
+    tagged ``raises-exception``."""
+
+    def __init__(self, error: StreamlingError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Compiler:
+    def __init__(self, path: Path, parameters: Mapping[str, str]) -> None:
+        self.path = path
+        self.passed = {str(k): str(v) for k, v in parameters.items()}
+        self.widgets = Widgets(environ={})  # declarations only; job parameters are self.passed
+        self.nb = NotebookPipeline()
+        self.application_id: str | None = None
+        self.config_name: str | None = None
+        self.run: dict[str, Any] = {}
+        self.run_cell: int | None = None
+        self.extension_loaded = False
+        self.warnings: list[str] = []
+        self.problems: list[StreamlingError] = []
+        self.node_cells: dict[str, tuple[int, int]] = {}  # node -> (cell, line) that defined it last
+        # %%streamling cells that failed: their nodes' absence is not reported again by validation
+        self.attempt: tuple[str, str | None] | None = None
+        self.failed: dict[str | None, str] = {}
+        self.cell: Cell = Cell(0, "code", "")
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def values(self) -> dict[str, str]:
+        return {**self.widgets.defaults(), **self.passed}
+
+    def where(self, line: int | None) -> Location:
+        return Location(f"{self.path.name}: cell {self.cell.index}", line)
+
+    def error(self, message: str, line: int | None, hint: str | None = None,
+              code: str = "notebook_not_a_job") -> StreamlingError:
+        return StreamlingError(message, hint=hint, code=code, location=self.where(line))
+
+    def locate(self, exc: StreamlingError, line: int) -> StreamlingError:
+        for problem in problems_of(exc):
+            problem.location = self.where(line)
+        return exc
+
+    # --- cells ----------------------------------------------------------------------------------
+
+    def compile(self, cells: list[Cell]) -> None:
+        for cell in cells:
+            if cell.kind != "code" or INTERACTIVE in cell.tags:
+                continue
+            self.cell = cell
+            self.attempt = None
+            try:
+                self.code_cell(cell)
+            except _CellError as exc:
+                self.problems.append(exc.error)
+            except StreamlingError as exc:  # what the notebook's own cell would raise
+                if RAISES in cell.tags:
+                    self.warnings.append(f"cell {cell.index} (tagged {RAISES}) fails as in the notebook and "
+                                         f"changes nothing in the job: {_first(exc)}")
+                else:
+                    self.problems.extend(problems_of(exc))
+                    if self.attempt is not None:
+                        self.failed[self.attempt[1]] = self.attempt[0]
+
+    def code_cell(self, cell: Cell) -> None:
+        lines = cell.source.splitlines()
+        start = 0
+        while start < len(lines) and not lines[start].strip():
+            start += 1
+        if start == len(lines):
+            return
+        if lines[start].strip().split(" ", 1)[0] == "%python":  # a Databricks language magic
+            lines = lines[:start] + [""] + lines[start + 1:]
+        elif lines[start].startswith("%%"):
+            self.cell_magic(lines, start)
+            return
+        self.line_cell(lines)
+
+    def cell_magic(self, lines: list[str], start: int) -> None:
+        name, _, line = lines[start][2:].rstrip().partition(" ")
+        at = self.cell.line(start)
+        if name != "streamling":
+            raise _CellError(self.error(f"`%%{name}` is not part of a job: a job runs the notebook's %%streamling "
+                                        "cells as one pipeline", at, hint=_foreign_hint(f"%%{name}")))
+        if not self.extension_loaded:
+            self.warnings.append(f"cell {self.cell.index}: %%streamling before `%load_ext streamling`: the "
+                                 "notebook itself fails here")
+            self.extension_loaded = True
+        body = "".join(f"{text}\n" for text in lines[start + 1:])
+        try:
+            args = parse_line(line, self.values())
+            self.attempt = (str(args.command), str(args.name) if args.name else None)
+            node = cell_node(args, body, self.values())
+            if node.kind == "pipeline":
+                self.nb.load_document(node.definition)
+                self.node_cells = {node_name: (self.cell.index, at) for node_name in self.nb.nodes}
+                return
+            assert node.name is not None
+            try:
+                self.nb.define(cast(Kind, node.kind), node.name, node.definition)
+            except StreamlingError as exc:
+                exc.node = exc.node or node.name
+                raise
+            self.node_cells[node.name] = (self.cell.index, at)
+        except StreamlingError as exc:
+            raise self.locate(exc, at) from None
+
+    def line_cell(self, lines: list[str]) -> None:
+        """A cell of line magics and Python statements, run in line order."""
+        magics: list[tuple[int, str]] = []
+        python = []
+        for offset, line in enumerate(lines):
+            stripped = line.strip()
+            if stripped.startswith(("%", "!")):
+                magics.append((offset, stripped))
+                python.append("")
+            else:
+                python.append(line)
+        for offset, stripped in magics:
+            self.check_magic(offset, stripped)
+        steps: list[tuple[int, Any]] = [(offset, stripped) for offset, stripped in magics]
+        steps += self.python_steps("\n".join(python) + "\n", lines)
+        for offset, step in sorted(steps, key=lambda s: s[0]):
+            at = self.cell.line(offset)
+            try:
+                if isinstance(step, str):
+                    self.line_magic(step, at)
+                else:
+                    self.widget_call(step, at)
+            except StreamlingError as exc:
+                raise self.locate(exc, at) from None
+
+    def check_magic(self, offset: int, stripped: str) -> None:
+        """Reject what a job cannot run before anything in the cell is applied."""
+        at = self.cell.line(offset)
+        if stripped.startswith("!"):
+            raise _CellError(self.error(f"the shell command `{_clip(stripped)}` is not part of a job", at,
+                                        hint=_foreign_hint("!")))
+        if stripped.startswith("%%"):
+            raise _CellError(self.error(f"`{stripped.split()[0]}` must be the first line of its cell", at,
+                                        hint="move it to the top of the cell, as IPython requires"))
+        name, _, rest = stripped[1:].partition(" ")
+        rest = rest.strip()
+        if name in ("load_ext", "reload_ext") and rest == "streamling":
+            return
+        if name in ("streamling", "config"):
+            return
+        magic = f"%{name} {rest}".strip() if name in ("load_ext", "reload_ext") else f"%{name}"
+        raise _CellError(self.error(f"`{_clip(magic)}` is not part of a job: a job runs the notebook's "
+                                    "%%streamling cells as one pipeline", at, hint=_foreign_hint(f"%{name}")))
+
+    def line_magic(self, stripped: str, at: int) -> None:
+        name, _, rest = stripped[1:].partition(" ")
+        rest = rest.strip()
+        if name in ("load_ext", "reload_ext"):
+            self.extension_loaded = True
+        elif name == "config":
+            self.config(rest, at)
+        else:
+            self.streamling(rest, at)
+
+    def config(self, text: str, at: int) -> None:
+        match = _CONFIG.match(text)
+        if match is None or match.group("cls") != "StreamlingMagics":
+            raise _CellError(self.error(f"`%config {_clip(text)}` is not part of a job: only "
+                                        "`%config StreamlingMagics.<setting> = <value>` is", at,
+                                        hint="tag the cell `interactive` to keep it for the notebook only"))
+        trait = match.group("trait")
+        if trait in IGNORED_SETTINGS:
+            return
+        if trait not in APPLIED_SETTINGS:
+            known = ", ".join(sorted(APPLIED_SETTINGS | IGNORED_SETTINGS))
+            raise self.error(f"StreamlingMagics has no setting '{trait}'", at, hint=f"settings: {known}",
+                             code="invalid_notebook")
+        try:
+            value = ast.literal_eval(match.group("value").strip())
+        except (ValueError, SyntaxError) as exc:
+            raise _CellError(self.error(f"`%config StreamlingMagics.{trait}` must be set to a Python literal in a "
+                                        "job", at, hint=f"e.g. %config StreamlingMagics.{trait} = 'my_pipeline'")
+                             ) from exc
+        if not isinstance(value, str):
+            raise self.error(f"StreamlingMagics.{trait} must be a string, not {type(value).__name__}", at,
+                             hint=f"e.g. %config StreamlingMagics.{trait} = 'my_pipeline'", code="invalid_notebook")
+        if trait == "application_id":
+            self.application_id = value or None
+        else:
+            self.config_name = value or None
+
+    def streamling(self, line: str, at: int) -> None:
+        args = parse_line(line, self.values())
+        command = args.command
+        if command in DISPLAY_COMMANDS or command in RUN_CONTROL_COMMANDS:
+            return
+        if command == "reset":
+            self.warnings.append(f"cell {self.cell.index}: `%streamling reset` is not part of the job: a job never "
+                                 "deletes its checkpoints (start over with a new application_id)")
+        elif command == "remove":
+            if not args.name:
+                raise StreamlingError("`%streamling remove` needs NODE", hint="%streamling remove NODE")
+            self.nb.remove(str(args.name))
+            self.node_cells.pop(str(args.name), None)
+        elif command == "run":
+            if args.rows is not None and args.seconds is not None:
+                raise StreamlingError("give --rows or --seconds, not both")
+            if self.run_cell is not None:
+                self.warnings.append(f"cell {self.cell.index}: the notebook runs the pipeline again (also in cell "
+                                     f"{self.run_cell}); the job runs it once, with the last `%streamling run`'s "
+                                     "options")
+            self.run_cell = self.cell.index
+            self.run = ({"rows": args.rows} if args.rows is not None
+                        else {"seconds": args.seconds} if args.seconds is not None else {})
+        else:
+            raise StreamlingError(f"unknown command '{command}'", hint=f"usage:\n{USAGE}")
+
+    # --- Python: parameter declarations ----------------------------------------------------------
+
+    def python_steps(self, source: str, lines: list[str]) -> list[tuple[int, tuple[str, list[Any], dict[str, Any]]]]:
+        """The widget calls of a cell that only declares parameters; anything else is an error."""
+        if not source.strip():
+            return []
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            first = next((i for i, line in enumerate(lines) if line.strip() and not line.strip().startswith("#")), 0)
+            raise _CellError(self.error(_PYTHON_ONLY, self.cell.line(first), hint=_PYTHON_HINT)) from None
+        steps: list[tuple[int, tuple[str, list[Any], dict[str, Any]]]] = []
+        for statement in tree.body:
+            offset = statement.lineno - 1
+            if isinstance(statement, (ast.Import, ast.ImportFrom)):
+                continue
+            call = _widget_call(statement)
+            if call is None:
+                raise _CellError(self.error(_PYTHON_ONLY, self.cell.line(offset), hint=_PYTHON_HINT))
+            method, node = call
+            try:
+                args = [ast.literal_eval(a) for a in node.args]
+                kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
+                if any(k.arg is None for k in node.keywords):
+                    raise ValueError("**kwargs")
+            except ValueError:
+                raise _CellError(self.error(
+                    f"dbutils.widgets.{method}(…) takes literal arguments in a job: the notebook is compiled, "
+                    "not run", self.cell.line(offset), hint=f"write the values out, e.g. dbutils.widgets.{method}"
+                    "('topic', 'orders')")) from None
+            steps.append((offset, (method, args, kwargs)))
+        return steps
+
+    def widget_call(self, step: tuple[str, list[Any], dict[str, Any]], at: int) -> None:
+        method, args, kwargs = step
+        if method in WIDGET_READS:
+            if method == "get":
+                try:
+                    name = args[0] if args else kwargs["name"]
+                except KeyError:
+                    raise StreamlingError("dbutils.widgets.get() needs the widget's name") from None
+                if name not in self.values():
+                    raise StreamlingError(f"No input widget named {name} is defined",
+                                          hint=f"declare it first, e.g. dbutils.widgets.text('{name}', '<default>'), "
+                                               "or pass it as a job parameter", code="unknown_parameter")
+            return
+        try:
+            getattr(self.widgets, method)(*args, **kwargs)
+        except (TypeError, ValueError, InputWidgetNotDefined) as exc:
+            raise StreamlingError(f"dbutils.widgets.{method}: {exc}", code="invalid_notebook") from None
+
+    # --- the document ---------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        if not self.nb.nodes:
+            if not self.problems:
+                self.problems.append(StreamlingError(
+                    "the notebook defines no pipeline", location=Location(self.path.name), code="invalid_notebook",
+                    hint="add %%streamling source/transform/sink cells"))
+            return
+        try:
+            parse_pipeline(self.nb.to_yaml(), source=self.path.name)
+        except StreamlingError as exc:
+            for problem in problems_of(exc):
+                if not self.follows_a_failed_cell(problem):
+                    problem.location = self.node_location(problem)
+                    self.problems.append(problem)
+
+    def follows_a_failed_cell(self, problem: StreamlingError) -> bool:
+        """A validation problem that only repeats a cell's failure (its node is missing)."""
+        missing = {name: kind for name, kind in self.failed.items() if name is None or name not in self.nb.nodes}
+        if not missing:
+            return False
+        if problem.message.startswith("the pipeline has no "):
+            section = problem.message.removeprefix("the pipeline has no ")
+            return any(SECTIONS.get(section) == kind or kind == "pipeline" for kind in missing.values())
+        return any(name is not None and name != problem.node and f"'{name}'" in problem.message for name in missing)
+
+    def node_location(self, problem: StreamlingError) -> Location:
+        node = problem.node
+        if node not in self.node_cells and problem.location is not None:
+            path = problem.location.path.removeprefix("definition.")
+            best = ""
+            for section in SECTIONS:
+                for name in self.node_cells:
+                    prefix = f"{section}.{name}"
+                    if (path == prefix or path.startswith(prefix + ".")) and len(name) > len(best):
+                        best = name
+            node = best or None
+        if node in self.node_cells:
+            cell, line = self.node_cells[node]
+            return Location(f"{self.path.name}: cell {cell}", line)
+        return Location(self.path.name)
+
+
+def _widget_call(statement: ast.stmt) -> tuple[str, ast.Call] | None:
+    """``dbutils.widgets.<declaration|remove|removeAll>(…)`` or ``x = dbutils.widgets.get(…)``."""
+    if isinstance(statement, ast.Expr):
+        allowed, value = WIDGET_DECLARATIONS | {"remove", "removeAll"}, statement.value
+    elif (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+          and isinstance(statement.targets[0], ast.Name)):
+        allowed, value = WIDGET_READS, statement.value
+    else:
+        return None
+    if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Attribute):
+        return None
+    owner = value.func.value
+    if (value.func.attr in allowed and isinstance(owner, ast.Attribute) and owner.attr == "widgets"
+            and isinstance(owner.value, ast.Name) and owner.value.id == "dbutils"):
+        return value.func.attr, value
+    return None
+
+
+def _foreign_hint(magic: str) -> str:
+    if magic == "%pip":
+        return "declare the package in the job task's libraries in bundle.yml, or tag the cell `interactive`"
+    return "tag the cell `interactive` to keep it for the notebook only"
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _first(exc: StreamlingError) -> str:
+    """The problems as the notebook shows them, without their location (the warning names the cell)."""
+    lines = []
+    for p in problems_of(exc):
+        head = f"Node '{p.node}': " if p.node else ""
+        lines.append(f"{head}{p.message}{' — ' + p.hint if p.hint else ''}")
+    return "; ".join(lines)
+
+
+def compile_notebook(path: Path, parameters: Mapping[str, str] | None = None) -> CompiledNotebook:
+    """The pipeline ``path``'s cells build, with ``parameters`` (job parameters) over the defaults its
+    ``dbutils.widgets`` declare. Raises ``ValidationError`` listing every problem found."""
+    path = Path(path)
+    compiler = _Compiler(path, parameters or {})
+    compiler.compile(read_notebook(path))
+    compiler.validate()
+    if compiler.problems:
+        raise ValidationError(compiler.problems)
+    return CompiledNotebook(path=path, document=compiler.nb.document(), application_id=compiler.application_id,
+                            config_name=compiler.config_name, parameters=compiler.widgets.defaults(),
+                            run=compiler.run, warnings=compiler.warnings)
