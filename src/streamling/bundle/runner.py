@@ -281,7 +281,12 @@ class Runner:
             attempt.stopping = why
         if attempt.term_sent is None:
             attempt.term_sent = time.time()
-            _signal(attempt.pid, signal.SIGTERM)
+            # Only the driver: it finishes its epoch and stops its JVM itself. A SIGTERM to the whole
+            # session would kill the JVM under it mid-epoch.
+            try:
+                os.kill(attempt.pid, signal.SIGTERM)
+            except OSError:
+                pass
 
     def _reap(self, now: float) -> None:
         for attempt in list(self.attempts.values()):
@@ -467,7 +472,7 @@ def _unpaused(section: Any) -> bool:
 
 
 def _signal(pid: int, sig: int) -> None:
-    """Signal the driver's whole session (Spark's Python workers included)."""
+    """Signal the driver's whole session (its JVM and Spark's Python workers included)."""
     try:
         os.killpg(pid, sig)
     except OSError:

@@ -1,0 +1,71 @@
+"""Helpers for tests that drive ``streamling bundle`` as a user does (importable as ``jobs``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bundle(root: Path, env: Mapping[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``streamling bundle ARGS`` in ``root`` with exactly ``env``."""
+    return subprocess.run([sys.executable, "-m", "streamling.cli", "bundle", *args], cwd=root, env=dict(env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def runs(root: Path, env: Mapping[str, str], *args: str) -> list[dict[str, Any]]:
+    """Runs oldest first, each with its attempts (``bundle runs -o json``)."""
+    proc = bundle(root, env, "runs", *args, "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    return list(reversed(json.loads(proc.stdout)))
+
+
+def attempts(root: Path, env: Mapping[str, str], *args: str) -> list[dict[str, Any]]:
+    return [a for run in runs(root, env, *args) for a in run["attempts"]]
+
+
+def wait_for(check: Callable[[], T], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+ORDER_SCHEMA = {"type": "record", "name": "Order", "namespace": "shop", "doc": '{"primaryKeys":["id"]}',
+                "fields": [{"name": "id", "type": "long"}, {"name": "customer", "type": "string"},
+                           {"name": "amount", "type": "double"}, {"name": "status", "type": "string"}]}
+#: The notebook's own test data: (dbz.op, id, customer, amount, status).
+NOTEBOOK_EVENTS = [("c", 1, "ada", 120.0, "paid"), ("c", 2, "bob", 15.5, "paid"), ("c", 3, "cyd", 310.0, "test"),
+                   ("c", 4, "dee", 99.9, "paid"), ("u", 1, "ada", 125.0, "paid"), ("d", 4, "dee", 99.9, "paid"),
+                   ("c", 5, "eve", 42.0, "paid")]
+
+
+def produce_orders(bootstrap: str, registry_url: str, topic: str, events: list[tuple[str, int, str, float, str]],
+                   admin: Any = None) -> None:
+    """Avro orders with ``dbz.op`` headers, as kafka_to_postgres.ipynb's test-data cell writes them."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    admin = admin or AdminClient({"bootstrap.servers": bootstrap})
+    if topic not in admin.list_topics(timeout=10).topics:
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+    serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(ORDER_SCHEMA))
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for op, id_, customer, amount, status in events:
+        value = serialize({"id": id_, "customer": customer, "amount": amount, "status": status},
+                          SerializationContext(topic, MessageField.VALUE))
+        producer.produce(topic, key=str(id_), value=value, headers=[("dbz.op", op.encode())])
+    assert producer.flush(30) == 0
