@@ -10,40 +10,27 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import jobs
 import pytest
+from jobs import wait_for
 
 pytestmark = pytest.mark.slow
+ENV = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMLING__", "BUNDLE_VAR_"))}
 
 
-def bundle(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMLING__", "BUNDLE_VAR_"))}
-    return subprocess.run([sys.executable, "-m", "streamling.cli", "bundle", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+def bundle(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return jobs.bundle(root, ENV, *args)
 
 
 def runs(root: Path, job: str | None = None) -> list[dict[str, Any]]:
-    proc = bundle(root, "runs", *([job] if job else []), "-o", "json")
-    assert proc.returncode == 0, proc.stderr
-    return list(reversed(json.loads(proc.stdout)))
-
-
-def wait_for(check: Any, timeout: float = 60, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    return jobs.runs(root, ENV, *([job] if job else []))
 
 
 class _Hooks(BaseHTTPRequestHandler):

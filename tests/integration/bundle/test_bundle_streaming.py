@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -20,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jobs import attempts, bundle, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.postgres]
 
@@ -51,21 +50,6 @@ NOTEBOOK = """\
 # MAGIC schema: public
 # MAGIC table: {table}
 """
-
-
-def bundle(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "streamling.cli", "bundle", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=180)
-
-
-def wait_for(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 @pytest.fixture
@@ -102,11 +86,6 @@ def _ids(pg: Any, table: str) -> list[tuple[int, str]]:
         return []
 
 
-def _attempts(root: Path, env: dict[str, str]) -> list[dict[str, Any]]:
-    runs = json.loads(bundle(root, env, "runs", "-o", "json").stdout)
-    return [a for run in reversed(runs) for a in run["attempts"]]
-
-
 def _complete(rows: list[tuple[int, str]]) -> bool:
     """Every id from 0 to the largest, once: the generator's rows arrived without a gap."""
     return bool(rows) and [i for i, _ in rows] == list(range(rows[-1][0] + 1))
@@ -121,13 +100,13 @@ def test_continuous_notebook_job_redeploys_survives_a_killed_driver_and_refuses_
     first = wait_for(lambda: len(_ids(pg, unique_name)) >= 200, 180, "the first rows in Postgres")
     print(f"deploy → 200 rows in Postgres: {time.monotonic() - started:.1f}s")
     assert first
-    [attempt] = _attempts(root, env)
+    [attempt] = attempts(root, env)
     assert attempt["state"] == "running"
 
     # Deploying the same thing again leaves the running driver alone.
     again = bundle(root, env, "deploy")
     assert again.returncode == 0 and "up to date" in again.stdout, again.stdout + again.stderr
-    assert [a["pid"] for a in _attempts(root, env)] == [attempt["pid"]]
+    assert [a["pid"] for a in attempts(root, env)] == [attempt["pid"]]
 
     # A changed SQL transform: the run moves to the new definition on the same checkpoint.
     notebook = root / "notebooks" / "stream.py"
@@ -136,8 +115,8 @@ def test_continuous_notebook_job_redeploys_survives_a_killed_driver_and_refuses_
     assert changed.returncode == 0, changed.stderr
     assert "~ stream (changed: main; run 1 moves to it after its current epoch)" in changed.stdout
     wait_for(lambda: any(v == "v2" for _, v in _ids(pg, unique_name)), 180, "rows of the new definition")
-    attempts = _attempts(root, env)
-    assert [a["state"] for a in attempts] == ["redeployed", "running"]
+    moved = attempts(root, env)
+    assert [a["state"] for a in moved] == ["redeployed", "running"]
     rows = _ids(pg, unique_name)
     assert _complete(rows), "ids missing across the redeploy"
     first_v2 = min(i for i, v in rows if v == "v2")
@@ -146,10 +125,10 @@ def test_continuous_notebook_job_redeploys_survives_a_killed_driver_and_refuses_
     # SIGKILL the driver: the runner restarts it from its checkpoint without anyone acting.
     before = rows[-1][0]
     killed_at = time.monotonic()
-    os.killpg(attempts[-1]["pid"], signal.SIGKILL)
+    os.killpg(moved[-1]["pid"], signal.SIGKILL)
     wait_for(lambda: (r := _ids(pg, unique_name)) and r[-1][0] > before + 200, 180, "rows after the restart")
     print(f"driver killed → 200 more rows: {time.monotonic() - killed_at:.1f}s")
-    states = [a["state"] for a in _attempts(root, env)]
+    states = [a["state"] for a in attempts(root, env)]
     assert states[:3] == ["redeployed", "failed", "running"], states
     assert _complete(_ids(pg, unique_name)), "ids missing across the driver kill"
 
