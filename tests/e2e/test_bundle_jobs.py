@@ -195,3 +195,48 @@ def test_a_deploy_that_changes_nothing_is_a_no_op(project: Path) -> None:
                                                                                       "max_retries: 2"))
     summary = json.loads(bundle(project, "summary", "-o", "json").stdout)
     assert summary["jobs"]["flaky"]["working_copy"] == "differs (main)"
+
+
+@pytest.mark.spark
+def test_a_notebook_whose_pipeline_fails_fails_its_run_with_the_node_and_message(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "broken.py").write_text(textwrap.dedent("""\
+        # Databricks notebook source
+        # MAGIC %load_ext streamling
+
+        # COMMAND ----------
+
+        # MAGIC %%streamling source orders
+        # MAGIC type: generate
+        # MAGIC rows: 10
+
+        # COMMAND ----------
+
+        # MAGIC %%streamling transform totals --from orders
+        # MAGIC SELECT id, amount * quantiy AS total FROM orders
+
+        # COMMAND ----------
+
+        # MAGIC %%streamling sink out --from totals
+        # MAGIC type: blackhole
+    """))
+    (root / "bundle.yml").write_text(textwrap.dedent(f"""
+        bundle: {{name: failing}}
+        workspace: {{root_path: {tmp_path / 'root'}}}
+        resources:
+          jobs:
+            broken:
+              tasks: [{{task_key: main, notebook_task: {{notebook_path: ./broken.py}}}}]
+        targets: {{prod: {{default: true, mode: production}}}}
+    """))
+    try:
+        assert bundle(root, "deploy").returncode == 0  # a column is only known to Spark: the run finds it
+        run = bundle(root, "run", "broken")
+        assert run.returncode == 1
+        assert "Error: run 1 failed: main: " in run.stderr and "quantiy" in run.stderr, run.stderr
+        [failed] = runs(root, "broken")
+        assert failed["state"] == "failed" and failed["attempts"][0]["exit_code"] == 1
+        assert "Traceback" not in bundle(root, "logs", "1").stdout
+    finally:
+        bundle(root, "destroy", "--auto-approve")

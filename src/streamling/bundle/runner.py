@@ -490,10 +490,17 @@ def _failure_line(log_path: Path, code: int) -> str:
         lines = log_path.read_text(errors="replace").splitlines()
     except OSError:
         lines = []
-    errors = [line for line in lines if " ERROR " in line]
-    if errors:
-        return errors[-1].split(": ", 1)[-1][:500]
-    return f"the driver exited with code {code}"
+    starts = [i for i, line in enumerate(lines) if " ERROR " in line]
+    if not starts:
+        return f"the driver exited with code {code}"
+    first = starts[-1]
+    # The error line and its continuation (a validation error lists one problem per line).
+    body = [lines[first].split(": ", 1)[-1]]
+    for line in lines[first + 1:first + 6]:
+        if not line.startswith((" ", "\t")):
+            break
+        body.append(line.strip())
+    return " ".join(body)[:1000]
 
 
 # --- starting the runner ----------------------------------------------------------------------------
