@@ -216,13 +216,13 @@ def cmd_summary(args: argparse.Namespace) -> int:
     bundle = _bundle(args)
     ws = Workspace(bundle.target.root_path)
     deployment = ws.deployment()
-    store = Store(ws.store_path)
+    store = Store(ws.store_path) if deployment is not None else None
     local = {key: {t.key: tb.record(bundle)["fingerprint"] for t, tb in ((tb.task, tb) for tb in tasks.values())}
              for key, tasks in build(bundle).items()}
     jobs: dict[str, Any] = {}
     for key, job in (deployment or {}).get("jobs", {}).items():
         deployed = {t["task_key"]: t["fingerprint"] for t in job["tasks"]}
-        runs = store.runs(key, limit=1)
+        runs = store.runs(key, limit=1) if store is not None else []
         jobs[key] = {"name": job.get("name"),
                      "trigger": "continuous" if job.get("continuous") else "schedule" if job.get("schedule") else
                      "periodic" if job.get("periodic") else "manual",
@@ -248,6 +248,9 @@ def cmd_summary(args: argparse.Namespace) -> int:
             + (f" (git {str(dep['git'].get('commit', ''))[:10]})" if dep.get("git") else "") if dep else
             "Deployment: none") + f"\nRunner: {summary['runner']}\nJobs:")
     for key, info in jobs.items():
+        if "name" not in info:
+            _out(f"  {key}: {info['working_copy']}")
+            continue
         last = info.get("last_run")
         _out(f"  {key}: {info.get('name', '')} · {info.get('trigger', '-')} {info.get('pause_status') or ''} · "
              f"last run {str(last['id']) + ' ' + last['state'] if last else '-'} · {info['working_copy']}")
