@@ -52,7 +52,9 @@ sinks:
 """)
     env = {**pg_environ, "STREAMLING_CACHE_DIR": str(ROOT / ".cache"),
            "STREAMLING__SPARK__MASTER": spark_cluster["STREAMLING_TEST_SPARK_MASTER"],
-           "STREAMLING__APPLICATION_ID": unique_name, "STREAMLING__STATE_DIR": str(tmp_path / "state")}
+           "STREAMLING__APPLICATION_ID": unique_name, "STREAMLING__STATE_DIR": str(tmp_path / "state"),
+           # A name of its own: other drivers may use the same cluster meanwhile.
+           "STREAMLING__SPARK__CONF__spark.app.name": unique_name}
     ui = spark_cluster["STREAMLING_TEST_SPARK_MASTER_UI"]
     victim = Path(spark_cluster["STREAMLING_TEST_SPARK_WORKER_PIDFILES"].split(":")[0])
     apps_before = set(_master_apps(ui))
@@ -78,8 +80,9 @@ sinks:
         assert (count, distinct, low, high) == (ROWS, ROWS, 0, ROWS - 1)
 
         # The run was the cluster's: one new application, with executors on both workers.
-        new = [app for app_id, app in _master_apps(ui).items() if app_id not in apps_before]
-        assert [app["name"] for app in new] == ["streamling"], new
+        new = [app for app_id, app in _master_apps(ui).items()
+               if app_id not in apps_before and app["name"] == unique_name]
+        assert len(new) == 1, new
         state = Path(spark_cluster["STREAMLING_TEST_SPARK_STATE"])
         for worker in ("worker1", "worker2"):
             assert list((state / worker / new[0]["id"]).glob("*/stderr")), f"no executor on {worker}"
