@@ -1,0 +1,555 @@
+"""``bundle_jobs``: a notebook deployed with ``streamling bundle`` as a supervised job.
+
+A temporary bundle holds one Databricks-source notebook (``generate`` → SQL projection →
+``postgres`` sink upserting on ``id``) on a production target with its own ``root_path`` and
+``config: {checkpoint_interval_sec: 1, spark: {master: …}}``, once on ``local[2]`` and once on the
+standalone cluster of ``fixtures/services/up spark`` (client mode: the driver runs here, the
+executors on the two one-core workers). Everything goes through the CLI as a user types it.
+
+- **deploy → first row**: a ``continuous`` job (generate at 2,000 rows/s, unbounded). Seconds from
+  starting ``streamling bundle deploy`` until Postgres shows the first row (polled every 0.1 s).
+- **driver kill → new row**: the running attempt's process group (the driver and its JVM) is
+  SIGKILLed; seconds until a row with an id above everything written before the kill appears,
+  i.e. the runner noticed, waited its back-off, started a new attempt, and that attempt resumed
+  from the checkpoint. After ``bundle destroy`` (which lets the epoch in flight finish) the table
+  must hold every id from 0 to its largest exactly once.
+- **throughput**: the same notebook on a bounded source (200,000 rows, 20,000 per epoch) as a
+  one-off job, ``streamling bundle run load``. Next to it, the hand-written job of
+  ``generate_sql_postgres`` (same ``generate`` source, ``foreachBatch`` collecting Arrow, CSV,
+  ``COPY`` into a staging table, one upsert per batch) with the projection instead of the filter,
+  run as its own process with a session from streamling's ``build_session`` on the same master
+  (``python -m scenarios.bundle_jobs --handwritten …``). Rows/s is taken from Spark's checkpoint on
+  both sides: source rows ÷ (mtime of the last ``commits/N`` − mtime of ``offsets/0``), i.e. the
+  epochs themselves, without JVM start-up. The job's wall time (driver launched by the runner →
+  its task returned, read from the driver's exit file; hand-written: process launched → job
+  returned) is reported and compared too.
+
+Continuous and throughput runs each get a fresh bundle root and a fresh table, destroyed and
+dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from scenarios.common import (
+    ROOT,
+    VENV_BIN,
+    Options,
+    ScenarioResult,
+    Side,
+    bench_settings,
+    interleaved,
+    load_avg,
+    log,
+    paired_ratio,
+    temp_dir,
+)
+from scenarios.generate_sql_postgres import SCHEMA, SERVICE_UP, _connect, ensure_postgres
+
+NAME = "bundle_jobs"
+PROJECTION = "SELECT id, customer, amount * quantity AS total, _gs_op FROM orders"
+RATE = 2000  # rows/s of the continuous job
+DEFAULT_ROWS = 200_000  # the throughput job's bounded source
+ROWS_PER_BATCH = 20_000
+PARTITIONS = 2
+#: two measured runs per target and measurement unless ``--runs`` is given: each run starts JVMs.
+DEFAULT_RUNS = 2
+#: streaming time between the first row and the kill, so that a few epochs are committed.
+KILL_AFTER_SECS = 6.0
+WAIT_SECS = 300.0
+POLL_SECS = 0.1
+HANDWRITTEN_MARK = "BUNDLE_JOBS_RESULT "
+
+NOTEBOOK = """\
+# Databricks notebook source
+# MAGIC %load_ext streamling
+
+# COMMAND ----------
+
+# MAGIC %config StreamlingMagics.application_id = '{app}'
+
+# COMMAND ----------
+
+# MAGIC %%streamling source orders
+# MAGIC type: generate
+# MAGIC {bound}
+# MAGIC rows_per_batch: {rows_per_batch}
+# MAGIC partitions: {partitions}
+# MAGIC primary_key: id
+
+# COMMAND ----------
+
+# MAGIC %%streamling transform projected --from orders
+# MAGIC {sql}
+
+# COMMAND ----------
+
+# MAGIC %%streamling sink out --from projected
+# MAGIC type: postgres
+# MAGIC schema: {schema}
+# MAGIC table: {table}
+"""
+
+
+# --- services -------------------------------------------------------------------------------------
+
+
+def _spark_cluster() -> tuple[dict[str, str], str | None]:
+    """``fixtures/services/up spark``'s exports (it reuses a running cluster), or why not."""
+    if not SERVICE_UP.exists():
+        return {}, f"{SERVICE_UP.relative_to(ROOT)} is missing"
+    proc = subprocess.run([str(SERVICE_UP), "spark"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    if proc.returncode != 0:
+        return {}, f"fixtures/services/up spark failed: {proc.stderr.strip()[-500:]}"
+    exports: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        parts = shlex.split(line)
+        if len(parts) == 2 and parts[0] == "export" and "=" in parts[1]:
+            key, value = parts[1].split("=", 1)
+            exports[key] = value
+    if "STREAMLING_TEST_SPARK_MASTER" not in exports:
+        return {}, "fixtures/services/up spark printed no STREAMLING_TEST_SPARK_MASTER"
+    return exports, None
+
+
+def _cluster_busy(ui: str | None) -> dict[str, Any]:
+    """Applications and cores in use on the cluster before a run: another application holding the
+    workers' cores makes ours wait for executors, which would show up as start-up time."""
+    if not ui:
+        return {}
+    try:
+        with urllib.request.urlopen(f"{ui}/json/", timeout=5) as resp:
+            doc = json.loads(resp.read())
+    except (OSError, ValueError):
+        return {}
+    return {"active_apps": len(doc.get("activeapps", [])), "cores_used": doc.get("coresused"),
+            "alive_workers": doc.get("aliveworkers")}
+
+
+# --- Postgres -------------------------------------------------------------------------------------
+
+
+class Table:
+    """One run's table: polled while the job runs, checked and dropped at the end."""
+
+    def __init__(self, conninfo: str, name: str) -> None:
+        self.conninfo = conninfo
+        self.name = name
+        self.qualified = f'{SCHEMA}."{name}"'
+        self._conn: Any = None
+
+    def _cursor(self) -> Any:
+        if self._conn is None or self._conn.closed:
+            self._conn = _connect(self.conninfo)
+            self._conn.autocommit = True  # a failed poll (no table yet) must not leave a transaction open
+        return self._conn.cursor()
+
+    def max_id(self) -> int | None:
+        """The largest id written so far; None while the sink has not created the table or written."""
+        try:
+            with self._cursor() as cur:
+                cur.execute(f"SELECT max(id) FROM {self.qualified}")
+                row = cur.fetchone()
+        except Exception:  # noqa: BLE001 - the table does not exist yet
+            return None
+        return None if row is None or row[0] is None else int(row[0])
+
+    def check_and_drop(self) -> dict[str, int]:
+        """Rows, smallest and largest id, and how many ids of 0..max are missing; then drop it."""
+        out = {"table_rows": 0, "min_id": -1, "max_id": -1, "missing_ids": 0}
+        with self._cursor() as cur:
+            try:
+                cur.execute(f"SELECT count(*), min(id), max(id) FROM {self.qualified}")
+                count, low, high = cur.fetchone()
+                if count:
+                    out = {"table_rows": int(count), "min_id": int(low), "max_id": int(high),
+                           "missing_ids": int(high) + 1 - int(count)}
+            except Exception:  # noqa: BLE001 - never created: nothing was written
+                pass
+            cur.execute(f"DROP TABLE IF EXISTS {self.qualified}")
+        return out
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _poll(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(POLL_SECS)
+    raise TimeoutError(f"no {what} after {timeout:.0f}s")
+
+
+# --- the bundle -----------------------------------------------------------------------------------
+
+
+class Bundle:
+    """A temporary bundle with one notebook job on one production target, driven through the CLI."""
+
+    def __init__(self, workdir: Path, master: str, table: str, *, continuous: bool, rows: int) -> None:
+        import yaml
+
+        self.dir = workdir / "bundle"
+        self.root = workdir / "root"
+        self.job = "stream" if continuous else "load"
+        self.app = f"bench_{self.job}_{uuid.uuid4().hex[:8]}"
+        (self.dir / "notebooks").mkdir(parents=True)
+        bound = f"rows_per_second: {RATE}" if continuous else f"rows: {rows}"
+        (self.dir / "notebooks" / f"{self.job}.py").write_text(NOTEBOOK.format(
+            app=self.app, bound=bound, rows_per_batch=min(ROWS_PER_BATCH, rows), partitions=PARTITIONS,
+            sql=PROJECTION, schema=SCHEMA, table=table))
+        job: dict[str, Any] = {"tasks": [{"task_key": "main",
+                                          "notebook_task": {"notebook_path": f"./notebooks/{self.job}.py"},
+                                          "min_retry_interval_millis": 1000}]}
+        if continuous:
+            job = {"continuous": {}, **job}
+        doc = {"bundle": {"name": "bench_bundle_jobs"},
+               "resources": {"jobs": {self.job: job}},
+               "targets": {"bench": {"default": True, "mode": "production",
+                                     "workspace": {"root_path": str(self.root)},
+                                     "config": {"checkpoint_interval_sec": 1, "spark": {"master": master}}}}}
+        (self.dir / "bundle.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        # The user's environment (Postgres exports, STREAMLING_CACHE_DIR); no stray bundle variables.
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith("BUNDLE_VAR_") and k != "STREAMLING_BUNDLE_ROOT"}
+
+    def cli(self, *args: str, timeout: float = WAIT_SECS) -> subprocess.CompletedProcess[str]:
+        exe = VENV_BIN / "streamling"
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "streamling.cli"]
+        return subprocess.run([*cmd, "bundle", *args], cwd=self.dir, env=self.env, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def must(self, *args: str, timeout: float = WAIT_SECS) -> subprocess.CompletedProcess[str]:
+        proc = self.cli(*args, timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"streamling bundle {' '.join(args)} exited {proc.returncode}: "
+                               f"{(proc.stderr or proc.stdout).strip()[-800:]}")
+        return proc
+
+    def attempts(self) -> list[dict[str, Any]]:
+        """Every attempt of every run, oldest first (``bundle runs -o json``)."""
+        runs = json.loads(self.must("runs", "-o", "json").stdout)
+        return [a for run in reversed(runs) for a in run["attempts"]]
+
+    def checkpoint(self) -> Path | None:
+        found = sorted(self.root.glob(f"state/{self.app}/*/checkpoint"))
+        return found[0] if found else None
+
+    def destroy(self) -> float:
+        """``bundle destroy --auto-approve`` (cancels runs after their epoch); returns its seconds.
+        A driver still alive afterwards (it should not be) is killed by its pid."""
+        pids = []
+        try:
+            pids = [int(a["pid"]) for a in self.attempts() if a.get("pid")]
+        except Exception:  # noqa: BLE001 - nothing deployed yet
+            pass
+        t0 = time.monotonic()
+        proc = self.cli("destroy", "--auto-approve", timeout=180)
+        took = time.monotonic() - t0
+        if proc.returncode != 0:
+            log(f"    destroy exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+        for pid in pids:
+            if _alive(pid):
+                log(f"    driver {pid} outlived destroy; killing its process group")
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        return took
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def checkpoint_times(checkpoint: Path | None) -> dict[str, Any]:
+    """When Spark wrote ``offsets/0``, the first and the last ``commits/N`` (file mtimes)."""
+    if checkpoint is None:
+        return {}
+
+    def numbered(folder: Path) -> list[Path]:
+        files = [p for p in folder.glob("*") if p.name.isdigit()] if folder.is_dir() else []
+        return sorted(files, key=lambda p: int(p.name))
+
+    offsets, commits = numbered(checkpoint / "offsets"), numbered(checkpoint / "commits")
+    if not offsets or not commits:
+        return {}
+    return {"first_offset": offsets[0].stat().st_mtime, "first_commit": commits[0].stat().st_mtime,
+            "last_commit": commits[-1].stat().st_mtime, "epochs": len(commits)}
+
+
+# --- one run of each measurement ------------------------------------------------------------------
+
+
+def continuous_run(master: str, conninfo: str, cluster_ui: str | None) -> dict[str, Any]:
+    """deploy → first row; SIGKILL the driver → first row of the new attempt; destroy; check the ids."""
+    table = Table(conninfo, f"bj_{uuid.uuid4().hex[:10]}")
+    out: dict[str, Any] = {"cluster": _cluster_busy(cluster_ui)} if cluster_ui else {}
+    with tempfile.TemporaryDirectory(prefix="streamling-bench-bundle-") as tmp:
+        bundle = Bundle(Path(tmp), master, table.name, continuous=True, rows=ROWS_PER_BATCH)
+        try:
+            t0 = time.time()
+            bundle.must("deploy")
+            out["deploy_cli_s"] = time.time() - t0
+            _poll(lambda: table.max_id() is not None, WAIT_SECS, "row in Postgres after deploy")
+            first_row = time.time()
+            out["first_row_s"] = first_row - t0
+            [attempt] = [a for a in bundle.attempts() if a["state"] == "running"]
+            out["driver_launched_s"] = float(attempt["started_at"]) - t0
+            out["driver_to_first_row_s"] = first_row - float(attempt["started_at"])
+
+            time.sleep(KILL_AFTER_SECS)
+            [running] = [a for a in bundle.attempts() if a["state"] == "running"]
+            killed = time.time()
+            os.killpg(int(running["pid"]), signal.SIGKILL)
+            time.sleep(0.5)  # a commit the dead driver had already sent is visible by now
+            before = table.max_id() or 0
+            out["max_id_at_kill"] = before
+            _poll(lambda: (table.max_id() or 0) > before, WAIT_SECS, "new row after the driver kill")
+            out["recovery_s"] = time.time() - killed
+            new = [a for a in bundle.attempts() if a["state"] == "running" and a["pid"] != running["pid"]]
+            if new:
+                out["restart_launched_s"] = float(new[-1]["started_at"]) - killed
+            out["attempt_states"] = [a["state"] for a in bundle.attempts()]
+            time.sleep(2.0)  # a few epochs of the new attempt before the stop
+        finally:
+            out["destroy_s"] = bundle.destroy()
+            out.update(table.check_and_drop())
+            table.close()
+    log(f"    ids 0..{out['max_id']}: {out['table_rows']:,} rows, {out['missing_ids']} missing; "
+        f"attempts {out.get('attempt_states')}")
+    return out
+
+
+def bundle_run(master: str, conninfo: str, rows: int, cluster_ui: str | None) -> dict[str, Any]:
+    """``bundle run load`` of the bounded job on a fresh root; times from the runner's store,
+    the driver's exit file and the checkpoint."""
+    table = Table(conninfo, f"bj_{uuid.uuid4().hex[:10]}")
+    out: dict[str, Any] = {"cluster": _cluster_busy(cluster_ui)} if cluster_ui else {}
+    with tempfile.TemporaryDirectory(prefix="streamling-bench-bundle-") as tmp:
+        bundle = Bundle(Path(tmp), master, table.name, continuous=False, rows=rows)
+        try:
+            bundle.must("deploy")
+            t0 = time.time()
+            bundle.must("run", bundle.job, timeout=WAIT_SECS * 2)
+            out["run_cli_s"] = time.time() - t0
+            [attempt] = bundle.attempts()
+            started = float(attempt["started_at"])
+            exit_file = Path(f"{attempt['log_path']}.exit")
+            out["launch_s"] = started - t0
+            out["job_s"] = exit_file.stat().st_mtime - started
+            out["driver_exit_s"] = float(attempt["ended_at"]) - started  # the runner's tick: +0..0.5 s
+            out.update(_stream_figures(checkpoint_times(bundle.checkpoint()), started, rows))
+        finally:
+            bundle.destroy()
+            out.update(table.check_and_drop())
+            table.close()
+    return out
+
+
+def handwritten_run(master: str, conninfo: str, rows: int, cluster_ui: str | None) -> dict[str, Any]:
+    """The hand-written job as its own process on the same master (see ``_handwritten_main``)."""
+    table = Table(conninfo, f"hw_{uuid.uuid4().hex[:10]}")
+    out: dict[str, Any] = {"cluster": _cluster_busy(cluster_ui)} if cluster_ui else {}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "bench"),
+                                                                      os.environ.get("PYTHONPATH")]))}
+    with temp_dir("bundle-hw") as workdir:
+        cmd = [sys.executable, "-m", "scenarios.bundle_jobs", "--handwritten", "--master", master,
+               "--table", table.name, "--rows", str(rows), "--workdir", str(workdir)]
+        try:
+            started = time.time()
+            proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=WAIT_SECS * 2)
+            out["process_s"] = time.time() - started
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(HANDWRITTEN_MARK)]
+            if proc.returncode != 0 or not lines:
+                raise RuntimeError(f"hand-written job exited {proc.returncode}: {proc.stderr.strip()[-800:]}")
+            child = json.loads(lines[-1][len(HANDWRITTEN_MARK):])
+            out["job_s"] = float(child["t_end"]) - started
+            out["query_wall_s"] = child["wall_s"]
+            out.update(_stream_figures(checkpoint_times(workdir / "checkpoint"), started, rows))
+        finally:
+            out.update(table.check_and_drop())
+            table.close()
+    return out
+
+
+def _stream_figures(times: dict[str, Any], started: float, rows: int) -> dict[str, Any]:
+    if not times:
+        return {}
+    stream_s = times["last_commit"] - times["first_offset"]
+    # After the first epoch: that one also pays for the query's first Python workers and the sink's
+    # connection and table, once per process.
+    steady_s = times["last_commit"] - times["first_commit"]
+    steady_rows = rows - min(ROWS_PER_BATCH, rows)
+    return {"stream_s": stream_s, "rows_per_s": rows / stream_s if stream_s > 0 else float("nan"),
+            "steady_s": steady_s, "steady_rows_per_s": steady_rows / steady_s if steady_s > 0 else float("nan"),
+            "first_epoch_s": times["first_commit"] - times["first_offset"],
+            "first_commit_s": times["first_commit"] - started, "epochs": times["epochs"]}
+
+
+def _handwritten_main(argv: Sequence[str]) -> int:
+    """Child process: ``generate_sql_postgres``'s hand-written upsert job with this scenario's
+    projection, on a session from streamling's ``build_session`` (same conf as the job's driver)."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--handwritten", action="store_true")
+    p.add_argument("--master", required=True)
+    p.add_argument("--table", required=True)
+    p.add_argument("--rows", type=int, required=True)
+    p.add_argument("--workdir", required=True)
+    args = p.parse_args(argv)
+
+    from scenarios import generate_sql_postgres as pg_scenario
+    from scenarios.inprocess import run_handwritten
+    from streamling.runtime.session import build_session
+
+    # HandwrittenUpsert runs its module's SQL on each batch: here, the notebook's projection.
+    pg_scenario.SQL = PROJECTION
+    workdir = Path(args.workdir)
+    settings = bench_settings(workdir, "bench_bundle_handwritten", spark={"master": args.master})
+    spark = build_session(settings, app_name="streamling-bench-handwritten")
+    upsert = pg_scenario.HandwrittenUpsert(settings.postgres_connection_for("out").conninfo(),
+                                           f'{SCHEMA}."{args.table}"')
+    source = {"rows": args.rows, "rows_per_batch": min(ROWS_PER_BATCH, args.rows), "partitions": PARTITIONS,
+              "profile": "orders"}
+    try:
+        result = run_handwritten(spark, source, upsert, workdir, args.rows)
+    finally:
+        upsert.close()
+    t_end = time.time()
+    print(HANDWRITTEN_MARK + json.dumps({"t_end": t_end, "wall_s": result["wall_s"], "epochs": result["epochs"]}),
+          flush=True)
+    return 0
+
+
+# --- the scenario ---------------------------------------------------------------------------------
+
+
+def runs_wanted(opts: Options) -> int:
+    """``--runs`` when given on the command line, else two (every run starts JVMs)."""
+    given = any(a == "--runs" or a.startswith("--runs=") for a in sys.argv[1:])
+    return opts.runs if given else DEFAULT_RUNS
+
+
+def _measured(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    before = load_avg()[0]
+    out = fn()
+    out["load_before"] = before
+    out["load_after"] = load_avg()[0]
+    return out
+
+
+def run(opts: Options) -> ScenarioResult:
+    rows = opts.rows or DEFAULT_ROWS
+    runs = runs_wanted(opts)
+    params: dict[str, Any] = {"rows": rows, "rows_per_batch": min(ROWS_PER_BATCH, rows), "partitions": PARTITIONS,
+                              "rate": RATE, "sql": PROJECTION, "runs_wanted": runs,
+                              "kill_after_first_row_s": KILL_AFTER_SECS}
+    reason = ensure_postgres()
+    if reason:
+        return ScenarioResult(NAME, params, {}, skipped=reason)
+    with temp_dir("bundle-settings") as workdir:
+        connection = bench_settings(workdir, "bench_bundle").postgres_connection_for("out")
+    conninfo = connection.conninfo()
+    params["postgres"] = connection.describe()
+    cluster, why_not = _spark_cluster()
+    targets: dict[str, tuple[str, str | None]] = {"local": ("local[2]", None)}
+    notes: list[str] = []
+    if cluster:
+        targets["cluster"] = (cluster["STREAMLING_TEST_SPARK_MASTER"], cluster.get("STREAMLING_TEST_SPARK_MASTER_UI"))
+    else:
+        notes.append(f"cluster target skipped: {why_not}")
+    params["masters"] = {name: master for name, (master, _) in targets.items()}
+
+    sides: dict[str, Side] = {}
+    for name, (master, ui) in targets.items():
+        log(f"{NAME} [{name}, {master}]: throughput, {rows:,} rows, {runs} runs after a warm-up per side")
+        pair = {f"{name}_bundle_run": Side(f"{name}_bundle_run"), f"{name}_handwritten": Side(f"{name}_handwritten")}
+        interleaved(runs, {f"{name}_bundle_run": functools.partial(bundle_run, master, conninfo, rows, ui),
+                           f"{name}_handwritten": functools.partial(handwritten_run, master, conninfo, rows, ui)},
+                    pair, log)
+        sides.update(pair)
+        log(f"{NAME} [{name}]: continuous job at {RATE} rows/s, {runs} runs (deploy, kill the driver, destroy)")
+        side = sides.setdefault(f"{name}_continuous", Side(f"{name}_continuous"))
+        for i in range(runs):
+            result = _measured(functools.partial(continuous_run, master, conninfo, ui))
+            side.runs.append(result)
+            log(f"  run {i + 1}/{runs}: deploy → first row {result['first_row_s']:.1f}s, "
+                f"driver kill → new row {result['recovery_s']:.1f}s")
+    return summarize(params, sides, notes)
+
+
+def summarize(params: dict[str, Any], sides: dict[str, Side], notes: list[str]) -> ScenarioResult:
+    result = ScenarioResult(NAME, params, sides, notes=notes)
+    for name in ("local", "cluster"):
+        if f"{name}_continuous" not in sides:
+            continue
+        cont, job, hw = sides[f"{name}_continuous"], sides[f"{name}_bundle_run"], sides[f"{name}_handwritten"]
+        figures = {
+            "deploy → first row in Postgres": (cont.median("first_row_s"), "s"),
+            "  of which deploy CLI": (cont.median("deploy_cli_s"), "s"),
+            "  runner launched the driver after": (cont.median("driver_launched_s"), "s"),
+            "driver SIGKILL → new row": (cont.median("recovery_s"), "s"),
+            "  new attempt launched after": (cont.median("restart_launched_s"), "s"),
+            "ids missing after kill + destroy (all runs)": (float(sum(r["missing_ids"] for r in cont.runs)), "ids"),
+            "bundle run: epochs rows/s": (job.median("rows_per_s"), "rows/s"),
+            "hand-written: epochs rows/s": (hw.median("rows_per_s"), "rows/s"),
+            "bundle run: rows/s after the 1st epoch": (job.median("steady_rows_per_s"), "rows/s"),
+            "hand-written: rows/s after the 1st epoch": (hw.median("steady_rows_per_s"), "rows/s"),
+            "bundle run: 1st epoch": (job.median("first_epoch_s"), "s"),
+            "hand-written: 1st epoch": (hw.median("first_epoch_s"), "s"),
+            "bundle run: driver launch → job done": (job.median("job_s"), "s"),
+            "hand-written: process launch → job done": (hw.median("job_s"), "s"),
+            "bundle run: CLI wall (run → succeeded)": (job.median("run_cli_s"), "s"),
+            "bundle run: driver launch → first commit": (job.median("first_commit_s"), "s"),
+            "hand-written: launch → first commit": (hw.median("first_commit_s"), "s"),
+        }
+        result.figures.update({f"{name}: {k}": v for k, v in figures.items()})
+        result.ratios[f"{name} epochs rows/s"] = paired_ratio(job, hw, "rows_per_s")
+        result.ratios[f"{name} rows/s after 1st epoch"] = paired_ratio(job, hw, "steady_rows_per_s")
+        result.ratios[f"{name} job wall"] = paired_ratio(job, hw, "job_s", higher_is_better=False)
+        for side in (job, hw):
+            wrong = sorted({r["table_rows"] for r in side.runs if r["table_rows"] != params["rows"]})
+            if wrong:
+                result.notes.append(f"{side.name}: tables held {wrong} rows, not {params['rows']:,}")
+        busy = [r["cluster"] for s in (cont, job, hw) for r in s.runs if r.get("cluster", {}).get("active_apps")]
+        if busy:
+            result.notes.append(f"{name}: {len(busy)} runs started while another application used the cluster")
+        loads = [r[k] for s in (cont, job, hw) for r in s.runs for k in ("load_before", "load_after")]
+        if loads:
+            result.notes.append(f"{name}: 1-min load {min(loads):.1f}–{max(loads):.1f} during the measured runs "
+                                f"(median {statistics.median(loads):.1f})")
+    return result
+
+
+if __name__ == "__main__":
+    if "--handwritten" in sys.argv[1:]:
+        sys.exit(_handwritten_main(sys.argv[1:]))
+    sys.exit(textwrap.dedent("""\
+        usage: python -m scenarios.bundle_jobs --handwritten … (the hand-written job's process);
+        run the scenario with: python bench/run.py bundle_jobs"""))
