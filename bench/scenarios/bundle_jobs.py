@@ -62,6 +62,7 @@ from scenarios.common import (
     temp_dir,
 )
 from scenarios.generate_sql_postgres import SCHEMA, SERVICE_UP, _connect, ensure_postgres
+from streamling.bundle.runner import process_alive
 
 NAME = "bundle_jobs"
 PROJECTION = "SELECT id, customer, amount * quantity AS total, _gs_op FROM orders"
@@ -271,21 +272,13 @@ class Bundle:
         if proc.returncode != 0:
             log(f"    destroy exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
         for pid in pids:
-            if _alive(pid):
+            if process_alive(pid):
                 log(f"    driver {pid} outlived destroy; killing its process group")
                 try:
                     os.killpg(pid, signal.SIGKILL)
                 except OSError:
                     pass
         return took
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def checkpoint_times(checkpoint: Path | None) -> dict[str, Any]:

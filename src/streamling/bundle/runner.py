@@ -63,7 +63,7 @@ class Attempt:
             code = self.proc.poll()
             if code is None:
                 return None
-        elif _alive(self.pid):
+        elif process_alive(self.pid):
             return None
         exit_file = Path(f"{self.log_path}.exit")
         try:
@@ -72,7 +72,7 @@ class Attempt:
             return self.proc.returncode if self.proc is not None else -9
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
