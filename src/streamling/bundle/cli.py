@@ -135,11 +135,18 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def _wait_request(store: Any, request_id: int, timeout: float = 60) -> dict[str, Any]:
+    """The runner's answer to a request; a runner that exited idle just before it was filed is restarted."""
+    from streamling.bundle.runner import ensure_runner, runner_running
+    from streamling.bundle.workspace import Workspace
+
+    ws = Workspace(str(store.path.parent))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = store.request_result(request_id)
         if result is not None:
             return dict(result)
+        if not runner_running(ws):
+            ensure_runner(ws)
         time.sleep(0.1)
     raise StreamlingError("the job runner did not answer", code="bundle_runner", user=False,
                           hint="see runner.log under the target root")
