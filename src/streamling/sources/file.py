@@ -1,23 +1,49 @@
 """``file`` source: parquet, csv, json/ndjson/jsonl (and avro with the spark-avro connector)
-through Spark's own file streaming source, which tracks files in the checkpoint."""
+through Spark's own file streaming source, which tracks files in the checkpoint.
+
+The schema is inferred once, from the files present at start; every file added later is read
+with it. A file that does not fit that schema must stop the flow, never be misread: Spark's
+defaults would map CSV columns by position whatever the header says and turn unparsable values
+into NULL. So CSV headers are checked against the schema (``enforceSchema=false``), and CSV/JSON
+rows are read in PERMISSIVE mode into a corrupt-record column that a filter checks in the JVM:
+the first bad row raises inside the epoch, before any sink has written it, so the checkpoint does
+not advance. Parquet and Avro files with other column types fail in Spark's reader. The failure is
+then diagnosed on the driver (``explain_failure``) into one line naming file, line, column and value.
+"""
 
 from __future__ import annotations
 
+import csv
+import fnmatch
 import glob
+import json
 import os
-from typing import TYPE_CHECKING
-from urllib.parse import urlparse
+import re
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
+from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, NodeContext, Source
 from streamling.spec.nodes import FileSourceOptions
 from streamling.util import parse_duration_secs
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 SPARK_FORMAT = {"parquet": "parquet", "csv": "csv", "json": "json", "ndjson": "json", "jsonl": "json",
                 "avro": "avro"}
 REMOTE_SCHEMES = {"s3", "s3a", "gs"}
+TEXT_FORMATS = {"csv", "json"}  # formats with lines, parsed row by row (corrupt-record column)
+CORRUPT = "_streamling_bad_record"
+BAD_RECORD = "streamling-bad-record:"
+RECORD_CHARS = 20000  # how much of a bad record travels in the error (enough to find its line)
+HINT = "fix the file (or remove it from the folder) and restart; nothing from this epoch was written"
+_FAILED_READ = re.compile(r"Encountered error while reading file (\S+?)\.(?:\s|$)")
+_PARQUET_TYPE = re.compile(r"Encountered error while reading file (\S+?)\. Data type mismatches when reading Parquet "
+                           r"column \[?(.+?)\]?\. Expected Spark type (\S+?), actual Parquet type (\S+?)\.")
+_AVRO_TYPE = re.compile(r"Cannot convert Avro field '([^']+)' to SQL field '[^']*' because schema is incompatible "
+                        r"\(avroType = \"?(.+?)\"?, sqlType = \"?(.+?)\"?\)")
 
 
 class FileSource(Source):
@@ -27,6 +53,7 @@ class FileSource(Source):
         self.opts: FileSourceOptions = self.options
         self.bounded = self.opts.mode.type == "bounded"
         self.poll_interval_secs = parse_duration_secs(self.opts.mode.poll_interval)
+        self.schema: StructType | None = None  # the data columns every file must fit
 
     def _local_path(self) -> str | None:
         parsed = urlparse(self.opts.path)
@@ -40,12 +67,16 @@ class FileSource(Source):
     def read_stream(self, spark: SparkSession) -> DataFrame:
         from pyspark.errors import AnalysisException
         from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType, StructType
 
         local = self._local_path()
         fmt = SPARK_FORMAT[self.opts.format]
         options: dict[str, str] = {}
         if fmt == "csv":
-            options.update(header="true", inferSchema="true")
+            # enforceSchema=false: each file's header must name the schema's columns, in order.
+            options.update(header="true", enforceSchema="false")
+        if fmt in TEXT_FORMATS:
+            options.update(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT)
         path = self.opts.path
         if local is not None:
             path = os.path.abspath(local)
@@ -58,7 +89,8 @@ class FileSource(Source):
             if os.path.isdir(path) and not any("=" in os.path.basename(os.path.dirname(f)) for f in data_files):
                 options["recursiveFileLookup"] = "true"
         try:
-            schema = spark.read.format(fmt).options(**options).load(path).schema
+            inferred = spark.read.format(fmt).options(**options, **({"inferSchema": "true"} if fmt == "csv" else {})) \
+                .load(path).schema
         except AnalysisException as exc:
             if "avro" in str(exc).lower() and fmt == "avro":
                 raise self.ctx.error("reading avro files needs the spark-avro connector, which is not installed",
@@ -66,8 +98,262 @@ class FileSource(Source):
                                      code="connector_missing") from exc
             raise self.ctx.error(f"cannot read {self.opts.format} files at {self.opts.path!r}: "
                                  f"{str(exc).splitlines()[0]}", code="file_unreadable") from exc
-        options.pop("inferSchema", None)
+        # A malformed JSON line among the starting files makes inference add the corrupt-record
+        # column; it is never a data column.
+        self.schema = StructType([f for f in inferred.fields if f.name != CORRUPT])
+        schema = self.schema
+        if fmt in TEXT_FORMATS:
+            schema = StructType([*self.schema.fields]).add(CORRUPT, StringType())
         df = spark.readStream.format(fmt).schema(schema).options(**options).load(path)
+        if fmt in TEXT_FORMATS:
+            df = df.where(self._no_bad_record()).drop(CORRUPT)
         if GS_OP not in df.columns:
             df = df.withColumn(GS_OP, F.lit("i"))
         return df
+
+    def _no_bad_record(self) -> Column:
+        """True for a row that fit the schema; raises (in the JVM, mid-epoch) for one that did not.
+
+        The error carries the file, the raw record and the columns Spark left NULL. Naming every
+        column here also makes Spark parse every column, not only those the pipeline selects. No
+        higher-order function (``array_compact``) here: it would take the filter out of codegen.
+        """
+        from pyspark.sql import functions as F
+
+        assert self.schema is not None
+        cols = [(f.name, F.col("`" + f.name.replace("`", "``") + "`")) for f in self.schema.fields]
+        nulls = F.array(*[F.when(c.isNull(), F.lit(name)) for name, c in cols])  # NULL where the value parsed
+        # input_file_name(), not _metadata.file_path: it is read only for a bad row, whereas the
+        # metadata column would be materialised for every row (it doubled the CPU of a scan).
+        payload = F.to_json(F.struct(F.input_file_name().alias("file"),
+                                     F.substring(F.col(CORRUPT), 1, RECORD_CHARS).alias("record"),
+                                     nulls.alias("nulls")))
+        return F.when(F.col(CORRUPT).isNull(), F.lit(True)).otherwise(
+            F.raise_error(F.concat(F.lit(BAD_RECORD), payload)))
+
+    # --- diagnosis (driver side, only once an epoch failed) ---------------------------------------
+
+    def explain_failure(self, raw: DataFrame, exc: BaseException) -> StreamlingError | None:
+        text = _chain_text(exc)
+        spark = raw.sparkSession
+        found = self._bad_record(spark, text)
+        if found is None and ("CSV header does not conform" in text or "Number of column in CSV header" in text):
+            found = self._bad_header(text)
+        if found is None:
+            found = self._bad_file(spark, text)
+        if found is None:
+            return None
+        uri, message, code = found
+        if not self._owns(uri):  # another source of the same flow read that file
+            return None
+        return self.ctx.error(message, hint=HINT, code=code)
+
+    def _bad_record(self, spark: SparkSession, text: str) -> tuple[str, str, str] | None:
+        start = text.find(BAD_RECORD)
+        if start < 0 or self.schema is None:
+            return None
+        try:
+            payload, _ = json.JSONDecoder().raw_decode(text, start + len(BAD_RECORD))
+        except ValueError:
+            return None
+        uri, record = str(payload.get("file") or ""), str(payload.get("record") or "")
+        nulls = [str(n) for n in payload.get("nulls") or [] if n is not None]
+        line = _line_number(spark, uri, record)
+        where = self._display(uri) + (f" line {line}" if line else "")
+        truncated = len(record) >= RECORD_CHARS
+        problem = None
+        if not truncated:
+            explain = self._csv_problem if self.opts.format == "csv" else self._json_problem
+            problem = explain(record, nulls)
+        if problem is None:
+            columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in self.schema.fields)
+            problem = f"the record does not fit the source's columns ({columns}): '{_short(record)}'"
+        return uri, f"{where}: {problem}", "bad_record"
+
+    def _type_of(self, column: str) -> str:
+        assert self.schema is not None
+        return self.schema[column].dataType.simpleString()
+
+    def _csv_problem(self, record: str, nulls: list[str]) -> str | None:
+        assert self.schema is not None
+        names = self.schema.fieldNames()
+        tokens = next(csv.reader([record], delimiter=",", quotechar='"', escapechar="\\"), [])
+        if len(tokens) != len(names):
+            values = f"{len(tokens)} value{'s' if len(tokens) != 1 else ''}"
+            return f"{values} for the {len(names)} columns ({', '.join(names)})"
+        for name in nulls:
+            if name in names and tokens[names.index(name)] != "":  # "" is CSV's null value
+                return f"column '{name}' expects {self._type_of(name)}, got '{_short(tokens[names.index(name)])}'"
+        return None
+
+    def _json_problem(self, record: str, nulls: list[str]) -> str | None:
+        try:
+            value = json.loads(record)
+        except ValueError:
+            return f"not valid JSON: '{_short(record)}'"
+        if not isinstance(value, dict):
+            return f"not a JSON object: '{_short(record)}'"
+        lowered = {k.lower(): v for k, v in value.items()}
+        for name in nulls:
+            got = value[name] if name in value else lowered.get(name.lower())
+            if got is not None:
+                shown = f"'{_short(got)}'" if isinstance(got, str) else _short(json.dumps(got, separators=(",", ":")))
+                return f"column '{name}' expects {self._type_of(name)}, got {shown}"
+        return None
+
+    def _bad_header(self, text: str) -> tuple[str, str, str] | None:
+        match = re.search(r"CSV file: (\S+)", text)
+        if match is None or self.schema is None:
+            return None
+        uri = match.group(1)
+        expected = self.schema.fieldNames()
+        header = _csv_header(uri)
+        if header is None:
+            in_message = re.search(r"Header: (.*)", text)
+            header = [h.strip() for h in in_message.group(1).split(",")] if in_message else None
+        where = self._display(uri)
+        if header is None:
+            return uri, f"{where}: the header does not match the source's columns ({', '.join(expected)})", "bad_header"
+        missing = [c for c in expected if c not in header]
+        extra = [h for h in header if h not in expected]
+        listed, wanted = ", ".join(header), ", ".join(expected)
+        if not missing and not extra:
+            return (uri, f"{where}: the header ({listed}) has the source's columns in another order than ({wanted}), "
+                    "so its values would land in the wrong columns", "bad_header")
+        problems = []
+        if missing:
+            problems.append(f"lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        if extra:
+            problems.append(f"has {'extra columns' if len(extra) > 1 else 'an extra column'} {', '.join(extra)}")
+        return uri, f"{where}: the header ({listed}) {' and '.join(problems)}; the source's columns are ({wanted})", \
+            "bad_header"
+
+    def _bad_file(self, spark: SparkSession, text: str) -> tuple[str, str, str] | None:
+        """Parquet/Avro files whose column types differ from the schema, or any unreadable file."""
+        parquet = _PARQUET_TYPE.search(text)
+        if parquet is not None:
+            uri, column, expected, physical = parquet.groups()
+            actual = _parquet_type(spark, uri, column) or physical.lower()
+            return uri, f"{self._display(uri)}: column '{column}' expects {expected}, the file has {actual}", "bad_file"
+        failed = _FAILED_READ.search(text)
+        if failed is None:
+            return None
+        uri = failed.group(1)
+        where = self._display(uri)
+        avro = _AVRO_TYPE.search(text)
+        if avro is not None:
+            column, actual, expected = avro.groups()
+            return uri, f"{where}: column '{column}' expects {expected.lower()}, the file has {actual}", "bad_file"
+        causes = re.findall(r"Caused by: [\w.$]+: (.+)", text)
+        reason = causes[-1].strip() if causes else "it does not fit the source's schema"
+        return uri, f"{where} cannot be read: {reason}", "bad_file"
+
+    def _owns(self, uri: str) -> bool:
+        """Whether ``uri`` is one of this source's files (a flow may read several sources)."""
+        given = self._local_path()
+        if given is not None:
+            file, base = _local_file(uri), os.path.abspath(given)
+        else:  # compared without the scheme: s3:// and s3a:// name the same objects
+            file, base = _decoded(uri).split("://", 1)[-1], self.opts.path.split("://", 1)[-1]
+        if file is None:
+            return False
+        return file == base or file.startswith(base.rstrip("/") + "/") or fnmatch.fnmatch(file, base)
+
+    def _display(self, uri: str) -> str:
+        """The file as the user named it: under the configured folder when it is in there."""
+        parsed = urlparse(uri)
+        if parsed.scheme not in ("", "file"):
+            return uri
+        path = unquote(parsed.path)
+        given = self._local_path()
+        if given is not None:
+            base = os.path.abspath(given)
+            if os.path.isdir(base) and path.startswith(base.rstrip(os.sep) + os.sep):
+                return os.path.join(given, os.path.relpath(path, base))
+        return path
+
+
+def _chain_text(exc: BaseException | None) -> str:
+    """Every message in an exception chain, Spark's JVM causes included (they hold the details)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    todo: list[Any] = [exc]
+    while todo:
+        current = todo.pop()
+        if not isinstance(current, BaseException) or id(current) in seen:
+            continue
+        seen.add(id(current))
+        parts.append(str(current))
+        trace = getattr(current, "_stackTrace", None)
+        if isinstance(trace, str):
+            parts.append(trace)
+        todo.extend([current.__cause__, current.__context__, getattr(current, "_cause", None)])
+    return "\n".join(parts)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = str(value).replace("\n", "\\n")
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _local_file(uri: str) -> str | None:
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme in ("", "file") else None
+
+
+def _decoded(uri: str) -> str:
+    parsed = urlparse(uri)
+    return parsed._replace(path=unquote(parsed.path)).geturl()
+
+
+def _line_number(spark: SparkSession, uri: str, record: str) -> int | None:
+    """The line of ``uri`` where ``record`` (a raw record Spark could not parse) starts."""
+    first = record.split("\n", 1)[0].rstrip("\r")
+    prefix = len(record) >= RECORD_CHARS
+    local = _local_file(uri)
+    try:
+        if local is not None:
+            with open(local, encoding="utf-8", errors="replace", newline="") as fh:
+                for number, line in enumerate(fh, 1):
+                    line = line.rstrip("\r\n")
+                    if line == first or prefix and line.startswith(first):
+                        return number
+            return None
+        return _line_number_spark(spark, _decoded(uri), first, prefix)
+    except Exception:  # noqa: BLE001 - the line is a courtesy; the message stands without it
+        return None
+
+
+def _line_number_spark(spark: SparkSession, uri: str, first: str, prefix: bool) -> int | None:
+    """Remote files: number the lines in the JVM (two small jobs, only when an epoch failed)."""
+    from pyspark.sql import functions as F
+
+    lines = spark.read.text(uri).select(F.monotonically_increasing_id().alias("n"), "value")
+    match = F.col("value").startswith(first) if prefix else F.col("value") == first
+    hit = lines.where(match).agg(F.min("n")).first()
+    if hit is None or hit[0] is None:
+        return None
+    return lines.where(F.col("n") < hit[0]).count() + 1
+
+
+def _csv_header(uri: str) -> list[str] | None:
+    local = _local_file(uri)
+    if local is None:
+        return None
+    try:
+        with open(local, encoding="utf-8", errors="replace", newline="") as fh:
+            for line in fh:
+                if line.strip():
+                    return [h.strip() for h in next(csv.reader([line.rstrip("\r\n")]), [])]
+    except OSError:
+        return None
+    return None
+
+
+def _parquet_type(spark: SparkSession, uri: str, column: str) -> str | None:
+    """The column's type in the offending file (its footer), as Spark names types."""
+    try:
+        schema = spark.read.parquet(_decoded(uri)).schema
+        return schema[column].dataType.simpleString() if column in schema.fieldNames() else None
+    except Exception:  # noqa: BLE001 - best effort: the Parquet physical type is shown instead
+        return None
