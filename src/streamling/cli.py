@@ -1,7 +1,8 @@
 """``streamling [PIPELINE_FILE] [--config NAME] [--dry-run] [--validate]`` — Streamling's CLI.
 
 Logs go to stderr; stdout carries only what a user asked for (print-sink rows, the validate
-JSON, the dry-run plan). Exit codes: 0 success, 1 invalid pipeline or user error, 2 internal error.
+JSON, the dry-run plan). Exit codes: 0 success, 1 invalid pipeline or user error, 2 internal error,
+3 stopped (SIGTERM/SIGINT) before the epoch in flight was committed (it is replayed on the next start).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from streamling.errors import StreamlingError, ValidationError
 from streamling.runtime import events as ev
 
 log = logging.getLogger("streamling")
+#: a stop request interrupted an epoch (sink retries, or the shutdown budget ran out): not committed
+STOPPED_EXIT_CODE = 3
 
 
 class _JsonFormatter(logging.Formatter):
@@ -141,8 +144,12 @@ def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None)
 
     SIGTERM/SIGINT (and ``stop_after_secs``) finish the current epoch, then return 0: a stop
     request never leaves an epoch half-written, and a supervisor may restart from the checkpoint.
+    A stop that cannot wait for the epoch — a sink retrying an outage, or an epoch still running
+    when ``shutdown_budget_secs`` runs out — returns (or hard-exits with) ``STOPPED_EXIT_CODE``: the
+    epoch was not committed and is replayed on the next start.
     """
     from streamling.runtime.pipeline import PipelineRun
+    from streamling.runtime.retry import STOPPED
     from streamling.runtime.session import build_session
 
     log.info("starting pipeline %s (application_id=%s, config=%s)", spec.source, settings.application_id,
@@ -153,20 +160,48 @@ def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None)
     bus.subscribe(progress)
     pipeline = PipelineRun(spec, settings, spark, bus)
 
+    budget = float(settings.shutdown_budget_secs)
+    ended = threading.Event()
+    watchdog: list[threading.Thread] = []
+
+    def hard_exit_after_budget(reason: str) -> None:
+        if ended.wait(budget):
+            return
+        log.error("stop requested (%s) but the pipeline did not end within shutdown_budget_secs=%g: exiting with "
+                  "code %d; the epoch in flight was not committed and is replayed on the next start",
+                  reason, budget, STOPPED_EXIT_CODE)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(STOPPED_EXIT_CODE)  # the JVM exits with its parent; nothing else is safe to wait for
+
+    def stop(reason: str) -> None:
+        pipeline.request_stop(reason)
+        if not watchdog:
+            watchdog.append(threading.Thread(target=hard_exit_after_budget, args=(reason,),
+                                             name="streamling-shutdown-budget", daemon=True))
+            watchdog[0].start()
+
     def on_signal(signum: int, _frame: Any) -> None:
-        log.info("received %s: finishing the current epoch, then exiting", signal.Signals(signum).name)
-        pipeline.request_stop(signal.Signals(signum).name)
+        log.info("received %s: finishing the current epoch, then exiting (a sink that is retrying gives up at once; "
+                 "at most shutdown_budget_secs=%g)", signal.Signals(signum).name, budget)
+        stop(signal.Signals(signum).name)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     timer = None
     if stop_after_secs:
-        timer = threading.Timer(stop_after_secs, pipeline.request_stop, args=(f"{stop_after_secs:g}s elapsed",))
+        timer = threading.Timer(stop_after_secs, stop, args=(f"{stop_after_secs:g}s elapsed",))
         timer.daemon = True
         timer.start()
     try:
         pipeline.run()
+    except StreamlingError as exc:
+        if exc.code != STOPPED:
+            raise
+        log.error("%s (exit code %d)", exc.headline(), STOPPED_EXIT_CODE)
+        return STOPPED_EXIT_CODE
     finally:
+        ended.set()
         if timer is not None:
             timer.cancel()
         progress.finish()

@@ -227,6 +227,8 @@ class Settings(BaseModel):
     num_records_before_stop: int | None = Field(default=None, ge=1)
     job_mode: bool = False
     drain_policy: Literal["auto", "drain", "fast"] = "auto"
+    #: after SIGTERM/SIGINT, how long the epoch in flight may take before the process exits non-zero
+    shutdown_budget_secs: float = Field(default=25, gt=0)
     state_dir: str = "./.streamling"
     spark: SparkSettings = Field(default_factory=SparkSettings)
     state_backend: StateBackendSettings = Field(default_factory=StateBackendSettings)

@@ -9,6 +9,7 @@ idempotency (or rely on primary-key upserts).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import threading
@@ -21,7 +22,7 @@ from streamling.errors import StreamlingError, java_message, node_failure_from_t
 from streamling.runtime import events as ev
 from streamling.runtime.nodes import Epoch, Sink, Source, Transform
 from streamling.runtime.planner import Flow, Plan
-from streamling.runtime.retry import call_with_retry
+from streamling.runtime.retry import STOPPED, call_with_retry
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -29,6 +30,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SRC_TAG = "__sl_src"
+_NOT_FINGERPRINTED = {"telemetry", "description"}
+
+
+class EpochNotStarted(Exception):
+    """Spark began an epoch after the flow decided to stop its query: refused before any sink ran
+    (returning would let Spark commit it unwritten); the epoch is planned again on the next start."""
+
+
+def _not_a_stop(record: logging.LogRecord) -> bool:
+    """py4j logs every exception leaving ``foreachBatch`` with its traceback; a stop request cutting
+    a retry short is no failure and is reported in one line by whoever stopped the run."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (isinstance(exc, EpochNotStarted) or (isinstance(exc, StreamlingError) and exc.code == STOPPED))
+
+
+logging.getLogger("py4j.clientserver").addFilter(_not_a_stop)
 
 
 def evaluate(plan: Plan, flow: Flow, spark: SparkSession, raw: dict[str, DataFrame], epoch: Epoch | None,
@@ -74,23 +91,47 @@ class FlowRunner:
         self.finalized_epoch: int | None = None
         self.stop_reason: str | None = None
         self._in_batch = threading.Event()
+        self._batch_id: int | None = None
+        # Whether an epoch may start and whether the query is being stopped are decided under one
+        # lock, so a stop "between epochs" cannot interrupt an epoch that began a moment later.
+        self._gate = threading.Lock()
+        self._closing = False
+        self.refused_epoch: int | None = None
         self._raw: dict[str, DataFrame] = {}
         self._offsets: dict[str, Any] = {}
         root = Path(self.settings.state_dir).resolve() / self.settings.application_id / flow.name
         self.checkpoint_dir = root / "checkpoint"
         self.meta_path = root / "flow.json"
         self.sink_token = ""
+        self._meta: dict[str, Any] = {}
+        self._adopt_topology = False
 
     # --- lifecycle --------------------------------------------------------------------------------
 
     def _fingerprint(self) -> dict[str, Any]:
         return {"sources": {s.name: {"type": s.ctx.spec.type,
-                                     "options": s.options.model_dump(mode="json", exclude={"telemetry", "description"})}
+                                     "options": s.options.model_dump(mode="json", exclude=_NOT_FINGERPRINTED)}
                             for s in self.sources}}
 
+    def _topology(self) -> dict[str, dict[str, dict[str, str]]]:
+        """The flow's transforms and sinks: type and a digest of options and inputs (no secrets stored)."""
+        def entry(spec: Any) -> dict[str, str]:
+            options = spec.options.model_dump(mode="json", exclude=_NOT_FINGERPRINTED)
+            body = json.dumps({"options": options, "from": list(spec.upstream)}, sort_keys=True, default=str)
+            return {"type": spec.type, "fingerprint": hashlib.sha256(body.encode()).hexdigest()[:16]}
+
+        return {"transforms": {t.name: entry(t) for t in self.flow.transforms},
+                "sinks": {s.name: entry(s) for s in self.flow.sinks}}
+
     def _check_checkpoint(self) -> None:
-        """A checkpoint belongs to one set of sources; refuse a silently mismatched resume."""
+        """A checkpoint belongs to one set of sources; refuse a silently mismatched resume.
+
+        Transforms and sinks may change between runs (a redeploy with a new SQL is normal), but a
+        node added to a resumed checkpoint only sees rows after its last committed epoch; that is
+        said once, loudly, and the new topology is recorded when the query starts.
+        """
         fingerprint = self._fingerprint()
+        topology = self._topology()
         if self.meta_path.exists() and (self.checkpoint_dir / "offsets").exists():
             meta = json.loads(self.meta_path.read_text())
             if meta.get("fingerprint") != fingerprint:
@@ -101,10 +142,77 @@ class FlowRunner:
                     hint=f"to start this flow over, delete {self.checkpoint_dir.parent} "
                          f"(or change application_id)")
             self.sink_token = str(meta["sink_token"])
+            self._meta = {**meta, "topology": topology}
+            recorded = meta.get("topology")
+            if recorded != topology:
+                self._adopt_topology = True
+                self._warn_topology(recorded, topology)
             return
         self.meta_path.parent.mkdir(parents=True, exist_ok=True)
         self.sink_token = f"{self.settings.application_id}:{self.flow.name}:{uuid.uuid4().hex[:12]}"
-        self.meta_path.write_text(json.dumps({"fingerprint": fingerprint, "sink_token": self.sink_token}, indent=2))
+        self._meta = {"fingerprint": fingerprint, "sink_token": self.sink_token, "topology": topology}
+        self._write_meta()
+
+    def _write_meta(self) -> None:
+        tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
+        tmp.write_text(json.dumps(self._meta, indent=2))
+        tmp.replace(self.meta_path)
+
+    def _warn_topology(self, recorded: Any, topology: dict[str, dict[str, dict[str, str]]]) -> None:
+        """One warning per flow naming the nodes that do not see the rows the checkpoint already consumed."""
+        flow = self.flow.name
+        where = f"the checkpoint of application_id '{self.settings.application_id}' ({self.checkpoint_dir})"
+        committed, offsets = self._last_committed()
+        after = f"after epoch {committed}" + (f" (the checkpoint's last committed offsets: {offsets})"
+                                              if offsets else "")
+        backfill = ("To backfill, run under a new application_id: it reads the sources from their start"
+                    + ("; for Kafka, the consumer group (default <application_id>.<node>) and the state-backend "
+                       "offsets follow application_id too" if any(s.ctx.spec.type == "kafka" for s in self.sources)
+                       else "") + ".")
+        if not isinstance(recorded, dict):
+            if committed is None:
+                return  # nothing was committed: every node sees every row
+            log.warning("flow '%s': %s does not record the transforms and sinks it was written with (an older "
+                        "streamling wrote it), so a sink or transform added since then only sees rows %s; rows "
+                        "consumed before are not replayed to it. %s", flow, where, after, backfill)
+            return
+        changes: list[str] = []
+        fresh = False
+        for kind, label in (("transforms", "transform"), ("sinks", "sink")):
+            old: dict[str, Any] = recorded.get(kind) or {}
+            new = topology[kind]
+            added = [f"{label} '{n}' ({new[n]['type']})" for n in new if n not in old]
+            removed = [f"{label} '{n}' ({old[n].get('type', '?')})" for n in old if n not in new]
+            changed = [f"{label} '{n}' ({new[n]['type']})" for n in new if n in old and old[n] != new[n]]
+            fresh = fresh or bool(added or changed)
+            changes += [f"new {c}" for c in added] + [f"removed {c}" for c in removed]
+            changes += [f"changed {c}" for c in changed]
+        if committed is None:
+            log.info("flow '%s': %s has no committed epoch yet, so every node sees every row (%s)", flow, where,
+                     ", ".join(changes))
+            return
+        consequence = (f"New and changed nodes only see rows {after}; rows consumed before are not replayed to them. "
+                       f"{backfill}" if fresh else f"The remaining nodes continue {after}.")
+        log.warning("flow '%s': resuming %s with a different set of nodes: %s. %s", flow, where, ", ".join(changes),
+                    consequence)
+
+    def _last_committed(self) -> tuple[int | None, str]:
+        """The checkpoint's last committed epoch and its end offsets per source, as Spark wrote them."""
+        try:
+            commits = [int(p.name) for p in (self.checkpoint_dir / "commits").iterdir() if p.name.isdigit()]
+        except OSError:
+            return None, ""
+        if not commits:
+            return None, ""
+        epoch = max(commits)
+        try:
+            lines = (self.checkpoint_dir / "offsets" / str(epoch)).read_text().splitlines()[2:]
+        except OSError:
+            return epoch, ""
+        names = [s.name for s in self.sources]
+        parts = [f"{n} {o}" for n, o in zip(names, lines, strict=True)] if len(lines) == len(names) else lines
+        text = "; ".join(parts)
+        return epoch, text if len(text) <= 300 else text[:297] + "..."
 
     def _input_frame(self) -> DataFrame:
         from pyspark.sql import functions as F
@@ -162,6 +270,9 @@ class FlowRunner:
         if trigger:  # none: the next epoch starts as soon as the last one ends
             writer = writer.trigger(**trigger)
         self.query = writer.start()
+        if self._adopt_topology:  # warned once; later restarts of this definition resume quietly
+            self._write_meta()
+            self._adopt_topology = False
         self.bus.publish(ev.FlowStarted(self.flow.name, query_id=str(self.query.id),
                                         sources=[s.name for s in self.sources],
                                         sinks=[s.name for s in self.sinks], bounded=self.bounded))
@@ -169,20 +280,36 @@ class FlowRunner:
     # --- the epoch --------------------------------------------------------------------------------
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
-        self._in_batch.set()
+        with self._gate:
+            if self._closing:
+                self.refused_epoch = batch_id
+                raise EpochNotStarted(f"flow '{self.flow.name}': epoch {batch_id} not started, the query is stopping")
+            self._batch_id = batch_id
+            self._in_batch.set()
         try:
             self._run_epoch(batch, batch_id)
-        except StreamlingError as exc:
-            exc = self._explain(exc) or exc
-            self.failure = exc
-            self.bus.publish(ev.PipelineError(self.flow.name, node=exc.node, message=exc.headline()))
-            raise
         except Exception as exc:
-            err = self._explain(exc) or StreamlingError(
-                f"flow '{self.flow.name}' failed in epoch {batch_id}: {java_message(exc)}",
-                user=False, code="epoch_failed", cause=exc)
+            if self._closing and self.failure is not None:
+                raise  # cut short by a stop past its budget: that verdict (``stopped``) stands
+            if isinstance(exc, StreamlingError) and exc.code == STOPPED:
+                # A stop request cut a retry short: not a failure of the data, nothing to explain.
+                stopped = StreamlingError(
+                    f"stop requested while retrying: epoch {batch_id} of flow '{self.flow.name}' was not committed; "
+                    "it is replayed on the next start", node=exc.node, node_kind=exc.node_kind, code=STOPPED)
+                stopped.__cause__ = exc
+                self.failure = stopped
+                log.info("flow '%s': epoch %d interrupted by the stop request", self.flow.name, batch_id)
+                raise
+            if isinstance(exc, StreamlingError):
+                err = self._explain(exc) or exc
+                node = err.node
+            else:
+                err = self._explain(exc) or StreamlingError(
+                    f"flow '{self.flow.name}' failed in epoch {batch_id}: {java_message(exc)}",
+                    user=False, code="epoch_failed", cause=exc)
+                node = None
             self.failure = err
-            self.bus.publish(ev.PipelineError(self.flow.name, node=None, message=err.headline()))
+            self.bus.publish(ev.PipelineError(self.flow.name, node=node, message=err.headline()))
             raise
         finally:
             self._in_batch.clear()
@@ -325,16 +452,30 @@ class FlowRunner:
             log.info("flow '%s': stopping after the current epoch (%s)", self.flow.name, reason)
 
     def stop_when_idle(self, timeout_secs: float = 60.0) -> None:
-        """Stop the query between epochs, so the epoch in flight finishes and commits."""
+        """Stop the query between epochs, so the epoch in flight finishes and commits.
+
+        An epoch Spark starts after that decision is refused before any sink runs (``EpochNotStarted``);
+        one still running after ``timeout_secs`` is interrupted and the flow fails with ``stopped``.
+        """
         if self.query is None:
             return
         deadline = time.monotonic() + timeout_secs
         while self.query.isActive:
-            if not self._in_batch.is_set() and not self._committing():
-                break
+            with self._gate:
+                if not self._in_batch.is_set() and not self._committing():
+                    self._closing = True
+                    break
             if time.monotonic() > deadline:
                 log.warning("flow '%s': epoch still running after %.0fs, stopping anyway", self.flow.name,
                             timeout_secs)
+                epoch = self._batch_id if self._in_batch.is_set() else self.last_epoch
+                with self._gate:
+                    if self.failure is None:  # the interrupted epoch's own error would only be a consequence
+                        self.failure = StreamlingError(
+                            f"stop requested, but epoch {epoch} of flow '{self.flow.name}' was still running after "
+                            f"{timeout_secs:.0f}s: it was not committed; it is replayed on the next start",
+                            code=STOPPED)
+                    self._closing = True
                 break
             time.sleep(0.05)
         self.query.stop()

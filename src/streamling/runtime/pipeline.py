@@ -13,6 +13,8 @@ from streamling.runtime import events as ev
 from streamling.runtime.flow import FlowRunner
 from streamling.runtime.nodes import Transform
 from streamling.runtime.planner import Plan, analyze, build_plan
+from streamling.runtime.retry import STOPPED, clear_stop
+from streamling.runtime.retry import request_stop as stop_retries
 from streamling.spec.pipeline import PipelineSpec
 
 if TYPE_CHECKING:
@@ -70,6 +72,9 @@ class PipelineRun:
         self._listener: _ProgressListener | None = None
         self._stop = threading.Event()
         self.state: StateBackend | None = None
+        #: the first external stop request (SIGTERM, a timer, the notebook): reason and monotonic time
+        self.stop_requested: tuple[str, float] | None = None
+        clear_stop()  # a new run: stop requests made to earlier runs in this process no longer apply
 
     def analyze(self) -> Plan:
         analyze(self.plan, self.spark)
@@ -88,6 +93,8 @@ class PipelineRun:
             for flow in self.plan.flows:
                 runner = FlowRunner(self.plan, flow, self.spark, self.bus, self.state)
                 self.runners.append(runner)
+                if self.stop_requested is not None:  # asked to stop while starting: stop after the first epoch
+                    runner.request_stop(self.stop_requested[0])
                 runner.start()
                 assert runner.query is not None
                 self._by_query[str(runner.query.id)] = runner
@@ -96,8 +103,26 @@ class PipelineRun:
             raise
 
     def request_stop(self, reason: str = "stop requested") -> None:
+        """Stop after the epoch in flight; a sink retrying an outage gives up at once (epoch left
+        uncommitted, ``stopped`` error), and an epoch still running when ``shutdown_budget_secs`` is
+        nearly spent is cut short the same way."""
+        if self.stop_requested is None:
+            self.stop_requested = (reason, time.monotonic())
+        stop_retries()
         for runner in self.runners:
             runner.request_stop(reason)
+
+    def _idle_timeout(self, default: float) -> float:
+        """How long a flow may finish its epoch once it is asked to stop.
+
+        After an external stop request, ``shutdown_budget_secs`` counted from the request less a
+        reserve (2 s, at most half the budget) for stopping the query and closing the sinks.
+        """
+        if self.stop_requested is None:
+            return default
+        budget = float(self.settings.shutdown_budget_secs)
+        left = budget - min(2.0, budget / 2) - (time.monotonic() - self.stop_requested[1])
+        return min(default, max(0.5, left))
 
     def wait(self, timeout_secs: float | None = None) -> None:
         """Block until every flow ended (bounded drained, stop requested, or a failure)."""
@@ -106,7 +131,8 @@ class PipelineRun:
             while True:
                 active = [r for r in self.runners if r.query is not None and r.query.isActive]
                 failed = [r for r in self.runners if r.failure is not None or
-                          (r.query is not None and not r.query.isActive and r.query.exception() is not None)]
+                          (r.query is not None and not r.query.isActive and r.query.exception() is not None
+                           and r.refused_epoch is None)]  # refused while stopping: a clean stop
                 if failed:
                     self.stop("a flow failed")
                     raise self._failure(failed[0])
@@ -114,7 +140,7 @@ class PipelineRun:
                     return
                 for runner in active:
                     if runner.stop_reason is not None:
-                        runner.stop_when_idle()
+                        runner.stop_when_idle(self._idle_timeout(60.0))
                         self.bus.publish(ev.FlowStopped(runner.flow.name, reason=runner.stop_reason))
                 if deadline is not None and time.monotonic() > deadline:
                     return
@@ -135,7 +161,7 @@ class PipelineRun:
         for runner in self.runners:
             runner.request_stop(reason)
             try:
-                runner.stop_when_idle(timeout_secs=30)
+                runner.stop_when_idle(timeout_secs=self._idle_timeout(30.0))
             except Exception:  # noqa: BLE001
                 log.debug("stopping flow %s", runner.flow.name, exc_info=True)
             runner.await_finalized()
@@ -155,6 +181,8 @@ class PipelineRun:
         if self.state is not None:
             self.state.close()
             self.state = None
+        if self.stop_requested is not None:
+            clear_stop()  # this run is over: sinks used outside a run retry normally again
 
     def run(self) -> None:
         self.start()
@@ -163,6 +191,8 @@ class PipelineRun:
         finally:
             self.stop("finished")
         for runner in self.runners:
+            if runner.failure is not None and runner.failure.code == STOPPED:
+                raise runner.failure  # stopped mid-epoch: the caller must not report success
             if runner.query is not None and runner.query.exception() is not None and runner.failure is None \
                     and runner.stop_reason is None:
                 raise self._failure(runner)

@@ -20,13 +20,13 @@ import io
 import logging
 import random
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
+from streamling.runtime.retry import backoff_wait, stop_requested, stopped_error
 from streamling.spec.nodes import PostgresSinkOptions
 
 if TYPE_CHECKING:
@@ -547,10 +547,13 @@ class PostgresSink(Sink):
                 if attempt == retry.max_attempts:
                     break
                 sleep_ms = min(delay_ms, float(retry.max_backoff_ms)) * random.uniform(0.8, 1.0)
+                if stop_requested():
+                    raise stopped_error(f"{what} on {self.target}", self.name, NODE_KIND) from exc
                 log.warning("postgres sink '%s': %s on %s failed (attempt %d/%d): %s; retrying in %.0f ms",
                             self.name, what, self.target, attempt, retry.max_attempts,
                             self._mask(_first_line(exc)), sleep_ms)
-                time.sleep(sleep_ms / 1000)
+                # A stop request (SIGTERM) ends the wait at once: the epoch stays uncommitted.
+                backoff_wait(sleep_ms / 1000, f"{what} on {self.target}", self.name, NODE_KIND)
                 delay_ms *= 2
             except StreamlingError:
                 self._rollback_quietly()
