@@ -167,13 +167,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         deploy(bundle)
     deployment = ws.deployment() or {}
     if args.job not in deployment.get("jobs", {}):
-        import difflib
+        from streamling.util import did_you_mean
 
-        close = difflib.get_close_matches(args.job, list(deployment.get("jobs", {})), n=1)
-        raise StreamlingError(f"job '{args.job}' is not deployed to target '{bundle.target.name}'",
-                              code="bundle_unknown_job",
-                              hint=f"did you mean '{close[0]}'?" if close else
-                              f"deployed jobs: {', '.join(deployment.get('jobs', {})) or 'none'}")
+        jobs = list(deployment.get("jobs", {}))
+        raise StreamlingError(f"job '{args.job}' is not deployed to target '{bundle.target.name}'"
+                              f"{did_you_mean(args.job, jobs)}", code="bundle_unknown_job",
+                              hint=f"deployed jobs: {', '.join(jobs) or 'none'}")
     params = _kv(args.param, "--param")
     store = Store(ws.store_path)
     ensure_runner(ws)

@@ -20,7 +20,6 @@ Everything is checked before anything is raised: ``load_bundle`` reports every p
 from __future__ import annotations
 
 import copy
-import difflib
 import getpass
 import glob
 import os
@@ -36,6 +35,7 @@ from pydantic import ValidationError as PydanticValidationError
 from streamling.config.settings import Settings
 from streamling.errors import Location, StreamlingError, ValidationError
 from streamling.spec.loader import LoadedDocument, parse_yaml
+from streamling.util import did_you_mean
 
 BUNDLE_FILES = ("bundle.yml", "bundle.yaml", "databricks.yml", "databricks.yaml")
 NOTEBOOK_HEADER = "# Databricks notebook source"
@@ -264,11 +264,6 @@ def _join(prefix: str, key: object) -> str:
     return f"{prefix}.{key}" if prefix else str(key)
 
 
-def _suggest(word: str, choices: list[str], fmt: str = "'{}'", cutoff: float = 0.6) -> str:
-    close = difflib.get_close_matches(word, choices, n=3, cutoff=cutoff)
-    return f" (did you mean {', '.join(fmt.format(c) for c in close)}?)" if close else ""
-
-
 def _rel(path: Path, root: Path) -> str:
     try:
         return path.relative_to(root).as_posix()
@@ -477,7 +472,7 @@ def _check(ctx: _Context, path: str, value: Any, shape: _Shape, warn: bool) -> N
             ctx.add(child, "'environments' is the old name of 'targets'", hint="rename it to targets")
         elif name not in shape.rejected:
             where = f"in {path}" if path else "at the top level"
-            ctx.add(child, f"unknown key '{name}' {where}{_suggest(str(name), [*shape.keys, *shape.no_effect])}",
+            ctx.add(child, f"unknown key '{name}' {where}{did_you_mean(str(name), [*shape.keys, *shape.no_effect])}",
                     hint=f"keys that apply here: {', '.join(shape.keys)}", code="bundle_unknown_key")
 
 
@@ -548,7 +543,7 @@ class _Resolver:
         else:
             hint = ("available: ${var.<name>}, ${bundle.name}, ${bundle.target}, ${workspace.root_path}, "
                     "${workspace.file_path}, ${workspace.current_user.short_name}, ${resources.jobs.<key>.id}")
-        close = _suggest(name, known, "'${{{}}}'", cutoff=0.8)
+        close = did_you_mean(name, known, "'${{{}}}'", cutoff=0.8)
         self.ctx.add(loc, f"unknown reference '${{{name}}}'{close}", hint=hint,
                      code="bundle_unknown_reference")
 
@@ -679,7 +674,7 @@ def _choose_target(ctx: _Context, targets: dict[str, Any], wanted: str | None) -
     if wanted is not None:
         if wanted in targets:
             return wanted
-        ctx.add("targets", f"unknown target '{wanted}'{_suggest(wanted, names)}",
+        ctx.add("targets", f"unknown target '{wanted}'{did_you_mean(wanted, names)}",
                 hint=f"targets here: {', '.join(names)}" if names else "declare it under targets:",
                 code="bundle_unknown_target")
         return None
@@ -777,11 +772,12 @@ class _Builder:
             if name not in declared:
                 ctx.add(f"targets.{self.target}.variables.{name}",
                         f"target '{self.target}' sets variable '{name}', which is not declared"
-                        f"{_suggest(str(name), names)}", hint=f"declare it under variables: {{{name}: {{default: …}}}}")
+                        f"{did_you_mean(str(name), names)}",
+                        hint=f"declare it under variables: {{{name}: {{default: …}}}}")
         for name in cli_vars:
             if name not in declared:
                 ctx.add(Location(f"--var {name}"), f"--var sets variable '{name}', which is not declared"
-                        f"{_suggest(name, names)}", hint="declare it under variables: in the bundle, or drop --var")
+                        f"{did_you_mean(name, names)}", hint="declare it under variables: in the bundle, or drop --var")
         for name, spec in declared.items():
             path, ref = f"variables.{name}", f"var.{name}"
             spec = _dict(spec)
@@ -821,7 +817,7 @@ class _Builder:
         top = sorted(Settings.model_fields)
         for key in config:  # Settings keeps unknown top-level keys (other builds' connectors): say so here
             if key not in Settings.model_fields:
-                self.ctx.warn(f"config.{key}", str(key), f"not a streamling setting{_suggest(str(key), top)}")
+                self.ctx.warn(f"config.{key}", str(key), f"not a streamling setting{did_you_mean(str(key), top)}")
         try:
             Settings.model_validate(config)
         except PydanticValidationError as exc:
@@ -835,7 +831,7 @@ class _Builder:
                         model = field_info.annotation if field_info else None
                     keys = sorted(getattr(model, "model_fields", {}))
                     self.ctx.add(path, f"unknown key '{loc[-1]}' in {'.'.join(['config', *loc[:-1]])}"
-                                 f"{_suggest(loc[-1], keys)}", code="bundle_unknown_key",
+                                 f"{did_you_mean(loc[-1], keys)}", code="bundle_unknown_key",
                                  hint=f"keys that apply here: {', '.join(keys)}" if keys else None)
                 else:
                     text = str(err["msg"]).removeprefix("Value error, ").replace("Input should be", "must be")
@@ -1114,7 +1110,7 @@ class _Builder:
                 if dep not in first:
                     others = [k for k in first if k != task.key]
                     self.ctx.add(f"{path}.tasks.{i}.depends_on.{j}.task_key",
-                                 f"depends on '{dep}', which is not a task of job '{job}'{_suggest(dep, others)}",
+                                 f"depends on '{dep}', which is not a task of job '{job}'{did_you_mean(dep, others)}",
                                  hint=f"tasks in this job: {', '.join(others) or 'none'}", node=task.key,
                                  node_kind="task")
         graph = {t.key: [d for d in t.depends_on if d in first] for t in tasks}

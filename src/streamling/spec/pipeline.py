@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -25,6 +24,7 @@ from streamling.spec.nodes import (
     SqlTransformOptions,
 )
 from streamling.spec.sql import DYNAMIC_TABLE_CHECK, analyze_sql, dynamic_table_sql_problems
+from streamling.util import did_you_mean
 
 Kind = Literal["source", "transform", "sink"]
 SECTIONS: dict[str, Kind] = {"sources": "source", "transforms": "transform", "sinks": "sink"}
@@ -110,11 +110,6 @@ def _yaml_kind(value: Any) -> str:
     return f"the value {value!r}" if isinstance(value, (int, float)) else f"the text {str(value)!r}"
 
 
-def _suggest(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=3, cutoff=0.6)
-    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-
-
 class _Collector:
     def __init__(self, doc: LoadedDocument, prefix: str) -> None:
         self.doc = doc
@@ -151,7 +146,7 @@ def _pydantic_problems(col: _Collector, path: str, exc: PydanticValidationError,
         if err["type"] == "extra_forbidden":
             fields = _model_keys(model, loc[:-1])
             allowed = f"; allowed keys: {', '.join(fields)}" if fields else ""
-            msg = f"unknown key '{key}'{_suggest(key, fields)}{allowed}"
+            msg = f"unknown key '{key}'{did_you_mean(key, fields)}{allowed}"
         elif err["type"] == "missing":
             msg = f"missing required key '{key}'"
         else:
@@ -208,7 +203,7 @@ def build_pipeline(doc: LoadedDocument) -> PipelineSpec:
 
     for key in data:
         if key not in SECTIONS and key not in TOP_LEVEL_EXTRA:
-            col.add(str(key), f"unknown top-level key '{key}'{_suggest(str(key), list(SECTIONS))}; "
+            col.add(str(key), f"unknown top-level key '{key}'{did_you_mean(str(key), list(SECTIONS))}; "
                               "expected sources, transforms and sinks")
 
     nodes: dict[str, NodeSpec] = {}
@@ -246,7 +241,7 @@ def build_pipeline(doc: LoadedDocument) -> PipelineSpec:
                 continue
             node_type = REGISTRY[kind].get(str(type_name))
             if node_type is None:
-                col.add(f"{path}.type", f"unknown {kind} type '{type_name}'{_suggest(str(type_name), available)}; "
+                col.add(f"{path}.type", f"unknown {kind} type '{type_name}'{did_you_mean(str(type_name), available)}; "
                                         f"available {kind} types: {', '.join(available)}",
                         node=name, node_kind=kind)
                 continue
@@ -300,7 +295,7 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
                 target = producers.get(table.lower())
                 if target is None:
                     col.add(f"{path}.sql", f"SQL reads '{table}', which is not a source or transform"
-                                           f"{_suggest(table, list(producers.values()))}",
+                                           f"{did_you_mean(table, list(producers.values()))}",
                             node=spec.name, node_kind=kind)
                 elif declared_from and target not in declared_from:
                     col.add(f"{path}.sql", f"SQL reads '{table}' but 'from' lists only {', '.join(declared_from)}",
@@ -323,7 +318,7 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
                         node=spec.name, node_kind=kind)
             elif upstream not in declared:
                 col.add(f"{path}.from", f"'from' names '{upstream}', which does not exist"
-                                        f"{_suggest(upstream, list(producers.values()))}",
+                                        f"{did_you_mean(upstream, list(producers.values()))}",
                         node=spec.name, node_kind=kind)
         spec.upstream = [u for u in declared_from if u in nodes and nodes[u].kind != "sink"]
 
@@ -391,7 +386,7 @@ def _resolve_dynamic_tables(col: _Collector, nodes: dict[str, NodeSpec], declare
         for table in used:
             target = nodes.get(table)
             if table not in declared:
-                close = _suggest(table, sorted(n for n, k in declared.items() if k == "transform"))
+                close = did_you_mean(table, sorted(n for n, k in declared.items() if k == "transform"))
                 col.add(path, f"dynamic table '{table}' is used in SQL transform but not defined in pipeline "
                               f"topology{close}", node=name, node_kind=kind,
                         hint=f"add a transform of type dynamic_table named '{table}', or fix the name")
