@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streamling.config import load_settings, mask_secrets, normalize_sink_name
+from streamling.config import env_variables, load_settings, mask_secrets, normalize_sink_name
 from streamling.config.settings import env_overrides, find_config_file
 from streamling.errors import StreamlingError
 
@@ -320,3 +320,18 @@ def test_spark_conf_keys_from_the_environment_keep_their_case() -> None:
     settings = load_settings(environ={"STREAMLING__SPARK__CONF__spark.sql.adaptive.coalescePartitions.enabled":
                                       "false"}, cwd=Path("/nonexistent"))
     assert settings.spark.conf == {"spark.sql.adaptive.coalescePartitions.enabled": "false"}
+
+
+def test_env_variables_is_the_inverse_of_env_overrides() -> None:
+    tree = {"state_dir": "/jobs/state", "checkpoint_interval_sec": 1,
+            "spark": {"master": "spark://127.0.0.1:7077", "conf": {"spark.sql.adaptive.Enabled": "false"}},
+            "postgres_sink": {"host": "db", "pass": None}}
+    env = env_variables(tree)
+    assert env == {"STREAMLING__STATE_DIR": "/jobs/state", "STREAMLING__CHECKPOINT_INTERVAL_SEC": "1",
+                   "STREAMLING__SPARK__MASTER": "spark://127.0.0.1:7077",
+                   "STREAMLING__SPARK__CONF__spark.sql.adaptive.Enabled": "false",
+                   "STREAMLING__POSTGRES_SINK__HOST": "db"}
+    assert env_overrides(env) == {"state_dir": "/jobs/state", "checkpoint_interval_sec": "1",
+                                  "spark": {"master": "spark://127.0.0.1:7077",
+                                            "conf": {"spark.sql.adaptive.Enabled": "false"}},
+                                  "postgres_sink": {"host": "db"}}

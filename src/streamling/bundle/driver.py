@@ -25,27 +25,6 @@ from streamling.errors import StreamlingError
 log = logging.getLogger("streamling.bundle.driver")
 
 
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
-            else value
-    return out
-
-
-def _env_settings(tree: dict[str, Any], prefix: str = "STREAMLING_") -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    for key, value in tree.items():
-        name = f"{prefix}_{key.upper()}"
-        if isinstance(value, dict) and key != "conf":
-            out.extend(_env_settings(value, name + "_"))
-        elif isinstance(value, dict):  # spark.conf keys keep their dots and case
-            out.extend((f"{name}__{k}", str(v)) for k, v in value.items())
-        elif value is not None:
-            out.append((name, json.dumps(value) if isinstance(value, (list, bool)) else str(value)))
-    return out
-
-
 def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict[str, str]) -> int:
     from streamling.bundle.deploy import task_parameters
     from streamling.bundle.workspace import Workspace
@@ -64,8 +43,9 @@ def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict
         return _notebook_task(ws, deployment, task, values, files)
     # A plain CLI task gets the target's settings as STREAMLING__ variables (the same layer users
     # have), with checkpoints under the target root rather than next to wherever it runs.
-    for name, value in _env_settings({"state_dir": deployment["state_dir"], **(deployment.get("config") or {})}):
-        os.environ[name] = value
+    from streamling.config import env_variables
+
+    os.environ.update(env_variables({"state_dir": deployment["state_dir"], **(deployment.get("config") or {})}))
     if task["kind"] == "spark_python":
         script = files / task["python_file"]
         os.chdir(script.parent)
@@ -80,7 +60,7 @@ def _notebook_task(ws: Any, deployment: dict[str, Any], task: dict[str, Any], va
                    files: Path) -> int:
     from streamling.bundle.compile import compile_notebook
     from streamling.cli import execute
-    from streamling.config import load_settings
+    from streamling.config import deep_merge, load_settings
     from streamling.spec import parse_pipeline
 
     snapshot = ws.deployment_dir(int(deployment["version"])) / task["notebook_snapshot"]
@@ -89,7 +69,7 @@ def _notebook_task(ws: Any, deployment: dict[str, Any], task: dict[str, Any], va
     cwd = files / Path(task["notebook_path"]).parent
     cwd.mkdir(parents=True, exist_ok=True)
     os.chdir(cwd)
-    overrides = _deep_merge(deployment.get("config") or {}, {
+    overrides = deep_merge(deployment.get("config") or {}, {
         "application_id": task["application_id"], "state_dir": deployment["state_dir"]})
     if compiled.run.get("rows"):
         overrides["num_records_before_stop"] = int(compiled.run["rows"])

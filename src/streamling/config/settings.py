@@ -315,11 +315,12 @@ def _quote_libpq(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` laid on ``base``: nested mappings merge key by key, anything else replaces."""
     out = dict(base)
     for key, value in over.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
+            out[key] = deep_merge(out[key], value)
         else:
             out[key] = value
     return out
@@ -351,6 +352,25 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
             node = child
         node[parts[-1]] = value
     return tree
+
+
+def env_variables(tree: Mapping[str, Any]) -> dict[str, str]:
+    """The inverse of ``env_overrides``: settings as ``STREAMLING__…`` variables, for a child process
+    (e.g. a bundle job task running the CLI) to receive them in the layer users set themselves."""
+    out: dict[str, str] = {}
+
+    def walk(node: Mapping[str, Any], name: str) -> None:
+        for key, value in node.items():
+            child = f"{name}__{key.upper()}" if name else f"{ENV_PREFIX}{key.upper()}"
+            if isinstance(value, Mapping) and child == f"{ENV_PREFIX}SPARK__CONF":
+                out.update({f"{child}__{k}": str(v) for k, v in value.items()})  # Spark keys keep their case
+            elif isinstance(value, Mapping):
+                walk(value, child)
+            elif value is not None:
+                out[child] = json.dumps(value) if isinstance(value, (list, bool)) else str(value)
+
+    walk(tree, "")
+    return out
 
 
 def _default_tree() -> dict[str, Any]:
@@ -385,10 +405,10 @@ def load_settings(
                                   hint="fix the file's syntax") from exc
         if data is not None and not isinstance(data, Mapping):
             raise StreamlingError(f"config file {path} must hold a mapping of keys", code="config_invalid")
-        tree = _deep_merge(tree, data or {})
-    tree = _deep_merge(tree, env_overrides(os.environ if environ is None else environ))
+        tree = deep_merge(tree, data or {})
+    tree = deep_merge(tree, env_overrides(os.environ if environ is None else environ))
     if overrides:
-        tree = _deep_merge(tree, overrides)
+        tree = deep_merge(tree, overrides)
     try:
         return Settings.model_validate(tree)
     except ValidationError as exc:
