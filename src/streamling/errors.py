@@ -127,6 +127,25 @@ def is_retriable(exc: BaseException) -> bool:
     return False
 
 
+def chain_text(exc: BaseException | None) -> str:
+    """Every message in an exception chain, Spark's JVM causes and stack text included: the failing
+    record or node is often named only deep inside (a worker's ``NodeFailure``, a poison marker)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        current = todo.pop()
+        if not isinstance(current, BaseException) or id(current) in seen:
+            continue
+        seen.add(id(current))
+        parts.append(str(current))
+        trace = getattr(current, "_stackTrace", None)
+        if isinstance(trace, str):
+            parts.append(trace)
+        todo.extend([current.__cause__, current.__context__, getattr(current, "_cause", None)])
+    return "\n".join(parts)
+
+
 def java_message(exc: BaseException) -> str:
     """A readable one-liner for an exception that may come from the JVM through py4j."""
     getter = getattr(exc, "getMessage", None)

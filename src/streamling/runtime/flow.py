@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamling.errors import StreamlingError, java_message, node_failure_from_text
+from streamling.errors import StreamlingError, chain_text, java_message, node_failure_from_text
 from streamling.runtime import events as ev
 from streamling.runtime.nodes import Epoch, Sink, Source, Transform
 from streamling.runtime.planner import Flow, Plan
@@ -317,12 +317,7 @@ class FlowRunner:
     def _explain(self, exc: BaseException) -> StreamlingError | None:
         """Name the node behind ``exc``: an executor-side operator that raised ``NodeFailure``, or a
         source whose input record caused it (a poison message)."""
-        text = []
-        cause: BaseException | None = exc
-        while cause is not None:
-            text.append(str(cause))
-            cause = cause.__cause__ or cause.__context__
-        failure = node_failure_from_text("\n".join(text))
+        failure = node_failure_from_text(chain_text(exc))
         if failure is not None:
             failure.__cause__ = exc
             return failure

@@ -22,7 +22,7 @@ import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, chain_text
 from streamling.runtime.nodes import GS_OP, NodeContext, Source
 from streamling.spec.nodes import FileSourceOptions
 from streamling.util import parse_duration_secs
@@ -134,7 +134,7 @@ class FileSource(Source):
     # --- diagnosis (driver side, only once an epoch failed) ---------------------------------------
 
     def explain_failure(self, raw: DataFrame, exc: BaseException) -> StreamlingError | None:
-        text = _chain_text(exc)
+        text = chain_text(exc)
         spark = raw.sparkSession
         found = self._bad_record(spark, text)
         if found is None and ("CSV header does not conform" in text or "Number of column in CSV header" in text):
@@ -271,24 +271,6 @@ class FileSource(Source):
             if os.path.isdir(base) and path.startswith(base.rstrip(os.sep) + os.sep):
                 return os.path.join(given, os.path.relpath(path, base))
         return path
-
-
-def _chain_text(exc: BaseException | None) -> str:
-    """Every message in an exception chain, Spark's JVM causes included (they hold the details)."""
-    parts: list[str] = []
-    seen: set[int] = set()
-    todo: list[Any] = [exc]
-    while todo:
-        current = todo.pop()
-        if not isinstance(current, BaseException) or id(current) in seen:
-            continue
-        seen.add(id(current))
-        parts.append(str(current))
-        trace = getattr(current, "_stackTrace", None)
-        if isinstance(trace, str):
-            parts.append(trace)
-        todo.extend([current.__cause__, current.__context__, getattr(current, "_cause", None)])
-    return "\n".join(parts)
 
 
 def _short(value: Any, limit: int = 80) -> str:

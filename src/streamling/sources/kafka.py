@@ -22,7 +22,7 @@ import re
 import struct
 from typing import TYPE_CHECKING, Any
 
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, chain_text
 from streamling.kafka.avro import primary_keys_from_doc, unwrap_root
 from streamling.kafka.registry import RegisteredSchema, Registry
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Source
@@ -206,7 +206,7 @@ class KafkaSource(Source):
     # --- failures -------------------------------------------------------------------------------
 
     def explain_failure(self, raw: DataFrame, exc: BaseException) -> StreamlingError | None:
-        text = _chain_text(exc)
+        text = chain_text(exc)
         hint = ("nothing after this record was processed; fix the producer, then move the consumer past it "
                 "(or reset the flow's checkpoint)")
         if POISON in text:
@@ -269,11 +269,3 @@ class KafkaSource(Source):
 
 def _names(columns: list[Column]) -> list[str]:
     return ["_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key"][:len(columns)]
-
-
-def _chain_text(exc: BaseException | None) -> str:
-    parts = []
-    while exc is not None:
-        parts.append(str(exc))
-        exc = exc.__cause__ or exc.__context__
-    return "\n".join(parts)
