@@ -9,6 +9,7 @@ afterwards; ``current`` names the live one, and the job runner moves running job
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -58,8 +59,9 @@ class TaskBuild:
     compiled: CompiledNotebook | None = None
     application_id: str | None = None
 
-    @property
+    @functools.cached_property
     def pipeline_yaml(self) -> str | None:
+        """The compiled pipeline as deployed (dumped once: the fingerprint and the file use the same text)."""
         return self.compiled.to_yaml() if self.compiled is not None else None
 
     def record(self, bundle: Bundle) -> dict[str, Any]:

@@ -49,6 +49,7 @@ CONTINUOUS_BACKOFF_MAX_SECS = 300.0
 class Attempt:
     id: int
     run_id: int
+    job_key: str
     task_key: str
     number: int
     deployment: int
@@ -89,6 +90,8 @@ class Runner:
         self.attempts: dict[int, Attempt] = {}
         self.deployment: dict[str, Any] | None = None
         self.version: int | None = None
+        self._deployments: dict[int, dict[str, Any] | None] = {}  # immutable once written: read each once
+        self._schedules: dict[tuple[str, str], QuartzSchedule] = {}
         self._stop = threading.Event()
         self._idle_since: float | None = None
 
@@ -135,7 +138,7 @@ class Runner:
         version = self.ws.current_version()
         if version is None or version == self.version:
             return
-        new = self.ws.deployment(version)
+        new = self._deployment(version)
         if new is None:
             return
         old, self.deployment, self.version = self.deployment, new, version
@@ -143,29 +146,31 @@ class Runner:
             return
         log.info("deployment %s is live (was %s)", version, old["version"])
         for attempt in list(self.attempts.values()):
-            run = self.store.run(attempt.run_id)
-            if run is None:
-                continue
-            job = new["jobs"].get(run.job_key)
+            job = new["jobs"].get(attempt.job_key)
             if job is None:
                 self._stop_attempt(attempt, "cancel")
-                self.store.set_run(run.id, message=f"job '{run.job_key}' was removed by deployment {version}")
+                self.store.set_run(attempt.run_id,
+                                   message=f"job '{attempt.job_key}' was removed by deployment {version}")
                 continue
-            before = self._task_record(attempt.deployment, run.job_key, attempt.task_key)
+            before = self._task_record(attempt.deployment, attempt.job_key, attempt.task_key)
             after = next((t for t in job["tasks"] if t["task_key"] == attempt.task_key), None)
             if after is None:
                 self._stop_attempt(attempt, "cancel")
             elif before is None or before["fingerprint"] != after["fingerprint"]:
                 log.info("run %d task '%s': definition changed in deployment %s; stopping after the current "
-                         "epoch and resuming from the same checkpoint", run.id, attempt.task_key, version)
+                         "epoch and resuming from the same checkpoint", attempt.run_id, attempt.task_key, version)
                 self._stop_attempt(attempt, "redeploy")
         for run in self.store.runs(active_only=True, limit=1000):
             if run.job_key in new["jobs"]:
                 self.store.set_run(run.id, deployment=version)
 
+    def _deployment(self, version: int) -> dict[str, Any] | None:
+        if version not in self._deployments:
+            self._deployments[version] = self.ws.deployment(version)
+        return self._deployments[version]
+
     def _task_record(self, version: int, job_key: str, task_key: str) -> dict[str, Any] | None:
-        dep = self.deployment if version == self.version else self.ws.deployment(version)
-        job = (dep or {}).get("jobs", {}).get(job_key)
+        job = (self._deployment(version) or {}).get("jobs", {}).get(job_key)
         return next((t for t in job["tasks"] if t["task_key"] == task_key), None) if job else None
 
     # --- requests from the CLI --------------------------------------------------------------------
@@ -234,7 +239,8 @@ class Runner:
                 continue
             schedule = job.get("schedule")
             if _unpaused(schedule):
-                cron = QuartzSchedule(schedule["quartz_cron_expression"], schedule.get("timezone_id") or "UTC")
+                spec = (schedule["quartz_cron_expression"], schedule.get("timezone_id") or "UTC")
+                cron = self._schedules.get(spec) or self._schedules.setdefault(spec, QuartzSchedule(*spec))
                 due = cron.next_after(datetime.fromtimestamp(last or deployed_at, UTC)).timestamp()
                 if now >= due:
                     self.store.set_job_state(key, last_fire=now)
@@ -251,7 +257,9 @@ class Runner:
     def _adopt(self) -> None:
         """Drivers started by an earlier runner keep running; follow them to their end."""
         for row in self.store.running_attempts():
-            self.attempts[row["id"]] = Attempt(row["id"], row["run_id"], row["task_key"], row["number"],
+            run = self.store.run(row["run_id"])
+            self.attempts[row["id"]] = Attempt(row["id"], row["run_id"], run.job_key if run else "", row["task_key"],
+                                               row["number"],
                                                row["deployment"], row["pid"] or 0, Path(row["log_path"]),
                                                row["started_at"])
             log.info("following run %d task '%s' (pid %s) started by an earlier runner", row["run_id"],
@@ -273,8 +281,8 @@ class Runner:
         self.store.set_attempt(attempt_id, pid=proc.pid)
         self.store.set_task(run_id, task_key, state="running", attempts=number, started_at=time.time(),
                             retry_at=None)
-        self.attempts[attempt_id] = Attempt(attempt_id, run_id, task_key, number, self.version, proc.pid, log_path,
-                                            time.time(), proc)
+        self.attempts[attempt_id] = Attempt(attempt_id, run_id, job_key, task_key, number, self.version, proc.pid,
+                                            log_path, time.time(), proc)
         log.info("run %d task '%s' attempt %d started (pid %d, deployment %d)", run_id, task_key, number, proc.pid,
                  self.version)
 
@@ -307,21 +315,19 @@ class Runner:
     def _check_timeouts(self, attempt: Attempt, now: float) -> None:
         if attempt.stopping is not None:
             return
-        record = self._task_record(attempt.deployment, self._job_of(attempt.run_id), attempt.task_key) or {}
+        record = self._task_record(attempt.deployment, attempt.job_key, attempt.task_key) or {}
         limit = int(record.get("timeout_seconds") or 0)
         if limit and now - attempt.started > limit:
             log.warning("run %d task '%s' exceeded timeout_seconds=%d", attempt.run_id, attempt.task_key, limit)
             self._stop_attempt(attempt, "timeout")
             return
-        run = self.store.run(attempt.run_id)
-        job = (self.deployment or {}).get("jobs", {}).get(run.job_key if run else "", {})
+        job = (self.deployment or {}).get("jobs", {}).get(attempt.job_key, {})
         job_limit = int(job.get("timeout_seconds") or 0)
-        if run is not None and job_limit and run.started_at and now - run.started_at > job_limit:
+        if not job_limit:
+            return
+        run = self.store.run(attempt.run_id)
+        if run is not None and run.started_at and now - run.started_at > job_limit:
             self._stop_attempt(attempt, "job_timeout")
-
-    def _job_of(self, run_id: int) -> str:
-        run = self.store.run(run_id)
-        return run.job_key if run else ""
 
     def _attempt_ended(self, attempt: Attempt, code: int, now: float) -> None:
         run_id, key = attempt.run_id, attempt.task_key
@@ -348,7 +354,7 @@ class Runner:
             self.store.set_task(run_id, key, state="cancelled" if state == "cancelled" else "timed_out",
                                 ended_at=now, message=message)
             return
-        record = self._task_record(attempt.deployment, self._job_of(run_id), key) or {}
+        record = self._task_record(attempt.deployment, attempt.job_key, key) or {}
         retries = int(record.get("max_retries") or 0)
         retry = (state == "failed" or bool(record.get("retry_on_timeout"))) and \
             (retries < 0 or attempt.number <= retries)
