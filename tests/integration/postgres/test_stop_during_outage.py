@@ -95,6 +95,33 @@ def _wait_for(lines: queue.Queue[str | None], seen: list[str], done: Callable[[]
         seen.append(line)
 
 
+Wait = Callable[[Callable[[], bool], float], None]
+
+
+def _sigterm_after_fault(cmd: list[str], cwd: Path, env: dict[str, str], fault: Callable[[list[str], Wait], None],
+                         wait_secs: float) -> tuple[int, float, list[str], list[str]]:
+    """Run the CLI until epoch 0 is finalized, apply ``fault`` (given the lines so far and a way to wait
+    for more), then SIGTERM: the exit code, seconds from SIGTERM to exit, the lines before and after it."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = _lines(proc.stderr)
+    seen: list[str] = []
+    try:
+        _wait_for(lines, seen, lambda: any("epoch 0 finalized" in line for line in seen), 300)
+        fault(seen, lambda done, secs: _wait_for(lines, seen, done, secs))
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        proc.wait(timeout=wait_secs)
+        elapsed = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+    rest = []
+    while (line := lines.get(timeout=10)) is not None:
+        rest.append(line)
+    return proc.returncode, elapsed, seen, rest
+
+
 def test_sigterm_during_postgres_outage_exits_3_within_budget_then_rerun_is_exact(tmp_path, own_postgres):
     up, down = own_postgres
     pipeline = tmp_path / "pipeline.yaml"
@@ -105,29 +132,16 @@ sinks:
   db: {{type: postgres, from: orders, schema: outage, table: orders}}
 """)
     cmd = [sys.executable, "-m", "streamling.cli", str(pipeline)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_cli_env(up(), tmp_path), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        lines = _lines(proc.stderr)
-        seen: list[str] = []
-        _wait_for(lines, seen, lambda: any("epoch 0 finalized" in line for line in seen), 300)
-        down()  # the outage: nothing listens on the sink's port any more
-        _wait_for(lines, seen, lambda: sum("retrying in" in line for line in seen) >= 3, 120)
 
-        proc.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
-        proc.wait(timeout=BUDGET_SECS + 60)
-        elapsed = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=60)
-    rest = []
-    while (line := lines.get(timeout=10)) is not None:
-        rest.append(line)
+    def outage(seen: list[str], wait: Wait) -> None:
+        down()  # nothing listens on the sink's port any more
+        wait(lambda: sum("retrying in" in line for line in seen) >= 3, 120)
+
+    code, elapsed, seen, rest = _sigterm_after_fault(cmd, tmp_path, _cli_env(up(), tmp_path), outage,
+                                                     BUDGET_SECS + 60)
     output = "".join(seen + rest)
-    print(f"SIGTERM to exit during the outage: {elapsed:.1f}s, exit code {proc.returncode}")
-    assert proc.returncode == 3, output[-3000:]
+    print(f"SIGTERM to exit during the outage: {elapsed:.1f}s, exit code {code}")
+    assert code == 3, output[-3000:]
     assert elapsed < BUDGET_SECS + MARGIN_SECS, f"{elapsed:.1f}s\n{output[-3000:]}"
     verdict = [line for line in rest if "(exit code 3)" in line]
     assert len(verdict) == 1, output[-3000:]
@@ -158,31 +172,20 @@ sinks:
   db: {{type: postgres, from: orders, schema: {unique_name}, table: orders}}
 """)
     env = {**_cli_env(pg_environ, tmp_path), "STREAMLING__SHUTDOWN_BUDGET_SECS": str(budget)}
-    proc = subprocess.Popen([sys.executable, "-m", "streamling.cli", str(pipeline)], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     with psycopg.connect(pg_dsn) as locker:
-        try:
-            lines = _lines(proc.stderr)
-            seen: list[str] = []
-            _wait_for(lines, seen, lambda: any("epoch 0 finalized" in line for line in seen), 300)
+        def stuck(_seen: list[str], _wait: Wait) -> None:
             # The next epoch's write now waits for this lock, past any reasonable budget.
             locker.execute(f'LOCK TABLE "{unique_name}".orders IN ACCESS EXCLUSIVE MODE')
             time.sleep(2)
-            proc.send_signal(signal.SIGTERM)
-            sent = time.monotonic()
-            proc.wait(timeout=budget + 60)
-            elapsed = time.monotonic() - sent
+
+        try:
+            code, elapsed, seen, rest = _sigterm_after_fault([sys.executable, "-m", "streamling.cli", str(pipeline)],
+                                                             tmp_path, env, stuck, budget + 60)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=60)
             locker.rollback()
-    rest = []
-    while (line := lines.get(timeout=10)) is not None:
-        rest.append(line)
     output = "".join(seen + rest)
-    print(f"SIGTERM to exit with a stuck epoch: {elapsed:.1f}s, exit code {proc.returncode}")
-    assert proc.returncode == 3, output[-3000:]
+    print(f"SIGTERM to exit with a stuck epoch: {elapsed:.1f}s, exit code {code}")
+    assert code == 3, output[-3000:]
     assert budget - 1 < elapsed < budget + MARGIN_SECS, f"{elapsed:.1f}s\n{output[-3000:]}"
     [verdict] = [line for line in rest if "did not end within shutdown_budget_secs" in line]
     assert " ERROR " in verdict and "exiting with code 3; the epoch in flight was not committed" in verdict
