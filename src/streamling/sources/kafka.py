@@ -27,25 +27,13 @@ from streamling.kafka.avro import primary_keys_from_doc, unwrap_root
 from streamling.kafka.registry import RegisteredSchema, Registry
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Source
 from streamling.spec.nodes import KafkaSourceOptions
+from streamling.spec.types import spark_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 POISON = "streamling-poison: "
-JSON_TYPES = {"int8": "TINYINT", "int16": "SMALLINT", "int32": "INT", "int64": "BIGINT", "uint8": "SMALLINT",
-              "uint16": "INT", "uint32": "BIGINT", "uint64": "DECIMAL(20,0)", "float32": "FLOAT",
-              "float64": "DOUBLE", "string": "STRING", "boolean": "BOOLEAN", "timestamp": "TIMESTAMP",
-              "decimal": "DECIMAL(38,9)"}
-
-
-def json_type(name: str) -> str:
-    text = name.strip().lower()
-    match = re.fullmatch(r"decimal(128|256)\(\s*(\d+)\s*,\s*(\d+)\s*\)", text)
-    if match:
-        precision = min(int(match.group(2)), 38)  # Spark decimals stop at 38 digits
-        return f"DECIMAL({precision},{match.group(3)})"
-    return JSON_TYPES[text]
 
 
 class KafkaSource(Source):
@@ -160,7 +148,7 @@ class KafkaSource(Source):
 
         where = self._where()
         if self.opts.data_format == "json":
-            ddl = ", ".join(f"`{c}` {json_type(t)}" for c, t in (self.opts.schema_ or {}).items())
+            ddl = spark_ddl(self.opts.schema_ or {})
             body = F.from_json(F.col("value").cast("string"), ddl, {"mode": "FAILFAST"})
             decoded = F.when(F.col("value").isNull(), self._poison(F.concat(F.lit("tombstone (null value) at "),
                                                                                 where))).otherwise(body)

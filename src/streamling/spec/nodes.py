@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails
 
+from streamling.spec.types import check_type_names
+
 LABEL_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 RESERVED_LABELS = {"id", "topology_node_type", "operator_type", "service_instance_id"}
 MAX_LABELS = 20
@@ -115,17 +117,9 @@ class FileSourceOptions(NodeOptions):
         return {"type": value} if isinstance(value, str) else value
 
 
-STREAMLING_TYPES = re.compile(
-    r"^(int8|int16|int32|int64|uint8|uint16|uint32|uint64|float32|float64|string|boolean|timestamp|"
-    r"decimal|decimal(128|256)\(\s*\d+\s*,\s*\d+\s*\))$")
-
-
 def check_column_types(value: dict[str, str] | None) -> dict[str, str] | None:
     """A declared output ``schema`` uses Streamling's type names (shared by kafka, script, wasm)."""
-    for column, type_name in (value or {}).items():
-        if not STREAMLING_TYPES.match(str(type_name).strip().lower()):
-            raise ValueError(f"column '{column}': unknown type {type_name!r}; use int8..int64, uint8..uint64, "
-                             "float32, float64, string, boolean, timestamp, decimal128(p,s) or decimal256(p,s)")
+    check_type_names(value)
     return value
 
 
@@ -249,11 +243,7 @@ class HandlerTransformOptions(HttpNodeOptions):
     @field_validator("schema_override")
     @classmethod
     def _override_types(cls, value: dict[str, str | None] | None) -> dict[str, str | None] | None:
-        for column, type_name in (value or {}).items():
-            if type_name is not None and not STREAMLING_TYPES.match(str(type_name).strip().lower()):
-                raise ValueError(f"column '{column}': unknown type {type_name!r}; use int8..int64, uint8..uint64, "
-                                 "float32, float64, string, boolean, timestamp, decimal128(p,s), decimal256(p,s) "
-                                 "or null to drop the column")
+        check_type_names(value, allow_drop=True)
         return value
 
 

@@ -8,34 +8,18 @@ order, so output rows keep the order of the rows that produced them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from streamling.http.client import HttpCall, HttpSender, build_call, encode_requests, response_rows, rounds
 from streamling.runtime.nodes import Epoch, NodeContext
 from streamling.spec.nodes import HandlerTransformOptions
+from streamling.spec.types import decimal_texts, from_metadata, parse_type, with_wide_metadata
 from streamling.transforms.arrow import ArrowTransform, BatchFunction
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql.types import DataType, StructType
-
-
-def spark_type(name: str) -> DataType:
-    """Spark's type for a Streamling type name (unsigned types widen; decimals stop at 38 digits)."""
-    from pyspark.sql import types as T
-
-    text = name.strip().lower()
-    match = re.fullmatch(r"decimal(128|256)\(\s*(\d+)\s*,\s*(\d+)\s*\)", text)
-    if match:
-        return T.DecimalType(min(int(match.group(2)), 38), int(match.group(3)))
-    simple: dict[str, DataType] = {
-        "int8": T.ByteType(), "int16": T.ShortType(), "int32": T.IntegerType(), "int64": T.LongType(),
-        "uint8": T.ShortType(), "uint16": T.IntegerType(), "uint32": T.LongType(), "uint64": T.DecimalType(20, 0),
-        "float32": T.FloatType(), "float64": T.DoubleType(), "string": T.StringType(), "boolean": T.BooleanType(),
-        "timestamp": T.TimestampType(), "decimal": T.DecimalType(38, 9)}
-    return simple[text]
+    from pyspark.sql.types import StructType
 
 
 class HandlerTransform(ArrowTransform):
@@ -48,14 +32,14 @@ class HandlerTransform(ArrowTransform):
 
     def output_schema(self, input_schema: StructType) -> StructType:
         """The input's columns, retyped, added (at the end) or dropped (null) by ``schema_override``."""
-        from pyspark.sql.types import StructField, StructType
+        from pyspark.sql.types import StructType
 
         fields = {f.name: f for f in input_schema.fields}
         for column, type_name in (self.opts.schema_override or {}).items():
             if type_name is None:
                 fields.pop(column, None)
             else:
-                fields[column] = StructField(column, spark_type(type_name), True)
+                fields[column] = parse_type(type_name).spark_field(column)
         return StructType(list(fields.values()))
 
     def batch_function(self, input_schema: StructType, epoch: Epoch | None) -> BatchFunction:
@@ -64,7 +48,8 @@ class HandlerTransform(ArrowTransform):
 
         active = SparkSession.getActiveSession()
         timezone = active.conf.get("spark.sql.session.timeZone") if active is not None else "UTC"
-        schema = to_arrow_schema(self.output_schema(input_schema), timezone=timezone or "UTC")
+        out = self.output_schema(input_schema)
+        schema = with_wide_metadata(to_arrow_schema(out, timezone=timezone or "UTC"), out)
         return _handler_batches(self.call, schema)
 
 
@@ -101,6 +86,14 @@ def to_record_batch(call: HttpCall, rows: list[dict[str, Any]], schema: pa.Schem
     arrays = []
     for field in schema:
         values = [r.get(field.name) for r in rows]
+        wide = from_metadata(field.metadata)
+        if wide is not None:  # exact decimal text, or a failure: never narrowed
+            try:
+                arrays.append(decimal_texts(values, wide, field.name))
+            except ValueError as exc:
+                raise call.failure(f"response {exc}", hint="answer with a decimal (string or number) that fits "
+                                   f"{wide.name}, or change the column's type in schema_override") from None
+            continue
         try:
             arrays.append(pa.array(values, type=field.type))
             continue

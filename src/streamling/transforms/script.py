@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from streamling.errors import NodeFailure
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext
 from streamling.spec.nodes import ScriptTransformOptions
+from streamling.spec.types import decimal_texts, from_metadata, parse_type, with_wide_metadata
 from streamling.transforms import quickjs
 from streamling.transforms.arrow import ArrowTransform, BatchFunction
 
@@ -26,33 +27,17 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 NODE_KIND = "script transform"
-_DECIMAL = re.compile(r"^decimal(128|256)?\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 
 
-def spark_type(type_name: str) -> DataType:
-    """A Streamling column type as a Spark type (unsigned ones widen to the next signed type)."""
+def coercion_kind(data_type: DataType, metadata: dict[str, Any] | None = None) -> str:
+    """How the sandbox coerces a value for a Spark type ("raw" passes it through unchanged).
+
+    A wide decimal column (text tagged in ``metadata``) is "raw": the host checks and canonicalises
+    its values, and refuses rather than nulls what is not an exact decimal."""
     from pyspark.sql import types as T
 
-    name = type_name.strip().lower()
-    simple: dict[str, DataType] = {
-        "int8": T.ByteType(), "int16": T.ShortType(), "int32": T.IntegerType(), "int64": T.LongType(),
-        "uint8": T.ShortType(), "uint16": T.IntegerType(), "uint32": T.LongType(), "uint64": T.DecimalType(20, 0),
-        "float32": T.FloatType(), "float64": T.DoubleType(), "string": T.StringType(),
-        "boolean": T.BooleanType(), "timestamp": T.TimestampType(), "decimal": T.DecimalType(38, 18),
-    }
-    if name in simple:
-        return simple[name]
-    match = _DECIMAL.match(name)
-    if match:
-        precision, scale = int(match.group(2)), int(match.group(3))
-        return T.DecimalType(min(precision, 38), min(scale, 38))
-    raise ValueError(f"unknown type {type_name!r}")
-
-
-def coercion_kind(data_type: DataType) -> str:
-    """How the sandbox coerces a value for a Spark type ("raw" passes it through unchanged)."""
-    from pyspark.sql import types as T
-
+    if from_metadata(metadata) is not None:
+        return "raw"
     if isinstance(data_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
         return "int"
     if isinstance(data_type, (T.FloatType, T.DoubleType)):
@@ -125,7 +110,7 @@ class ScriptTransform(ArrowTransform):
         declared = self.script_options.schema_
         if not declared:
             return input_schema
-        fields = [T.StructField(name, spark_type(type_name), True) for name, type_name in declared.items()]
+        fields = [parse_type(type_name).spark_field(name) for name, type_name in declared.items()]
         if GS_OP in input_schema.fieldNames() and GS_OP not in declared:
             fields.append(T.StructField(GS_OP, T.StringType(), True))
         return T.StructType(fields)
@@ -134,7 +119,7 @@ class ScriptTransform(ArrowTransform):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         out = self.output_schema(input_schema)
-        columns = [(f.name, coercion_kind(f.dataType)) for f in out.fields]
+        columns = [(f.name, coercion_kind(f.dataType, f.metadata)) for f in out.fields]
         job = ScriptJob(
             node=self.name,
             driver=quickjs.driver_source(self.javascript, columns),
@@ -142,7 +127,7 @@ class ScriptTransform(ArrowTransform):
             runtime_path=self.runtime_path,
             memory_limit_mb=self.memory_limit_mb,
             cpu_limit_ms=self.cpu_limit_ms,
-            output_schema=to_arrow_schema(out, timezone="UTC"),
+            output_schema=with_wide_metadata(to_arrow_schema(out, timezone="UTC"), out),
             primary_key=tuple(c for c in self.ctx.primary_key if c in input_schema.fieldNames()),
         )
         return functools.partial(run_script_batches, job)
@@ -158,7 +143,11 @@ def run_script_batches(job: ScriptJob, batches: Any) -> Any:
         failure = _failure(job, batch, result)
         if failure is not None:
             raise failure
-        table = decode_output(result.stdout, job.output_schema)
+        try:
+            table = decode_output(result.stdout, job.output_schema)
+        except ValueError as exc:  # a value that does not fit its declared column is refused, never narrowed
+            raise NodeFailure(job.node, NODE_KIND, str(exc),
+                              hint="return a value that fits the column's type in 'schema'") from None
         if table.num_rows:
             yield from table.to_batches()
 
@@ -256,6 +245,10 @@ def decode_output(data: bytes, schema: pa.Schema) -> pa.Table:
         end = data.index(b"\n", pos)
         values = json.loads(data[pos:end])
         pos = end + 1
+        wide = from_metadata(schema.field(index).metadata)
+        if wide is not None:
+            arrays[index] = decimal_texts(values, wide, schema.field(index).name)
+            continue
         if pa.types.is_decimal(kind):
             values = [None if v is None else Decimal(str(v)) for v in values]
         arrays[index] = pa.array(values, type=kind)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from streamling.errors import NodeFailure
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext
 from streamling.spec.nodes import WasmTransformOptions
+from streamling.spec.types import decimal_texts, from_metadata, parse_type, with_wide_metadata
 from streamling.transforms.arrow import ArrowTransform, BatchFunction
 
 if TYPE_CHECKING:
@@ -143,10 +144,13 @@ def _parse_timestamp(value: Any) -> dt.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
-def _json_column(values: list[Any], arrow_type: pa.DataType) -> pa.Array:
+def _json_column(values: list[Any], arrow_type: pa.DataType, fld: pa.Field | None = None) -> pa.Array:
     """One column the slow, exact way: per-value parsing, so a failure names its column."""
     import pyarrow as pa
 
+    wide = from_metadata(fld.metadata) if fld is not None else None
+    if wide is not None:
+        return decimal_texts(values, wide, fld.name if fld is not None else "")
     if pa.types.is_timestamp(arrow_type):
         return pa.array([_parse_timestamp(v) for v in values], type=arrow_type)
     if pa.types.is_decimal(arrow_type):
@@ -159,13 +163,14 @@ def _fast_json_columns(rows: list[dict[str, Any]], wanted: list[pa.Field]) -> di
     timestamps are read as text and cast, decimals parsed exactly. Raises on any mismatch."""
     import pyarrow as pa
 
+    exact = {f.name for f in wanted if pa.types.is_decimal(f.type) or from_metadata(f.metadata) is not None}
     as_read = [pa.field(f.name, pa.string()) if pa.types.is_timestamp(f.type) else f
-               for f in wanted if not pa.types.is_decimal(f.type)]
+               for f in wanted if f.name not in exact]
     read = pa.RecordBatch.from_pylist(rows, schema=pa.schema(as_read))
     columns: dict[str, pa.Array] = {}
     for fld in wanted:
-        if pa.types.is_decimal(fld.type):
-            columns[fld.name] = _json_column([r.get(fld.name) for r in rows], fld.type)
+        if fld.name in exact:
+            columns[fld.name] = _json_column([r.get(fld.name) for r in rows], fld.type, fld)
         else:
             column = read.column(fld.name)
             columns[fld.name] = column.cast(fld.type) if column.type != fld.type else column
@@ -195,7 +200,7 @@ def json_to_columns(node: str, data: bytes, schema: pa.Schema) -> tuple[dict[str
     for fld in wanted:
         values = [r.get(fld.name) for r in rows]
         try:
-            columns[fld.name] = _json_column(values, fld.type)
+            columns[fld.name] = _json_column(values, fld.type, fld)
         except (ValueError, TypeError, ArithmeticError) as exc:  # pyarrow's errors subclass these
             raise NodeFailure(node, NODE_KIND, f"output column '{fld.name}' does not match the declared "
                               f"type {fld.type}: {_first_line(exc)}", hint="fix the plugin or the node's 'schema'"
@@ -231,9 +236,13 @@ def ipc_to_columns(node: str, data: bytes, schema: pa.Schema) -> tuple[dict[str,
                               f"(it has {', '.join(table.column_names) or 'none'})",
                               hint="fix the plugin or the node's 'schema'")
         column = table.column(fld.name).combine_chunks()
+        wide = from_metadata(fld.metadata)
         try:
-            columns[fld.name] = column if column.type == fld.type else column.cast(fld.type, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            if wide is not None:  # decimal256 or text in, canonical exact text out (or refused)
+                columns[fld.name] = decimal_texts(column.to_pylist(), wide, fld.name)
+            else:
+                columns[fld.name] = column if column.type == fld.type else column.cast(fld.type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
             raise NodeFailure(node, NODE_KIND, f"output column '{fld.name}' is {column.type}, not the declared "
                               f"{fld.type}: {_first_line(exc)}", hint="fix the plugin or the node's 'schema'"
                               ) from exc
@@ -315,21 +324,20 @@ class WasmTransform(ArrowTransform):
                                  code="wasm_function_missing", hint="set 'function' to one of its exports")
 
     def output_schema(self, input_schema: StructType) -> StructType:
-        from pyspark.sql.types import StringType, StructField, StructType, _parse_datatype_string
+        from pyspark.sql.types import StringType, StructField, StructType
 
         if not self.opts.schema_:
             return input_schema
-        from streamling.sources.kafka import json_type
-
-        fields = [StructField(name, _parse_datatype_string(json_type(type_name)), True)
-                  for name, type_name in self.opts.schema_.items() if name != GS_OP]
+        fields = [parse_type(type_name).spark_field(name) for name, type_name in self.opts.schema_.items()
+                  if name != GS_OP]
         return StructType([*fields, StructField(GS_OP, StringType(), True)])
 
     def batch_function(self, input_schema: StructType, epoch: Epoch | None) -> BatchFunction:
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        arrow = to_arrow_schema(self.output_schema(input_schema), timezone="UTC")
+        out = self.output_schema(input_schema)
+        arrow = with_wide_metadata(to_arrow_schema(out, timezone="UTC"), out)
         output = pa.schema([f for f in arrow if f.name != GS_OP])
         return WasmBatches(self.name, self.plugin, self.opts.input_format, output)
 

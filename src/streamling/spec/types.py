@@ -1,0 +1,361 @@
+"""Streamling column type names: the one place they are parsed, validated and mapped.
+
+A declared ``schema`` (script, wasm, Kafka JSON source) or ``schema_override`` (handler) names
+column types the Streamling way (``int8``, ``uint64``, ``decimal128(p,s)``, ``decimal256(p,s)``,
+bare ``decimal`` = (38,9), …). Every node asks this module what such a name means for Arrow,
+Spark, Avro and Postgres, so the nodes cannot disagree.
+
+Wide decimals: Spark's ``DecimalType`` stops at 38 digits. A decimal with more digits (a
+``decimal256(p,s)`` with p > 38, an Avro decimal with precision > 38, Streamling's U256/I256) is
+carried *exactly* as canonical decimal text in a string column whose field metadata records the
+type (``{"streamling.type": "decimal256(60,0)"}``). Sinks read that metadata back: Postgres gets
+``NUMERIC(p,s)``, Avro gets ``bytes`` with the ``decimal`` logical type. Nothing narrows it.
+
+SQL on wide columns: the values are text, so only equality (``=``, ``<>``, ``IN``, ``GROUP BY``,
+``DISTINCT``) is exact, because the text is canonical (exactly ``scale`` digits after the point,
+no leading zeros, no ``+``, no ``-0``). Ordering and arithmetic on text would be lexicographic or
+go through ``double``; the SQL validator must reject them, using ``wide_columns`` to know which
+columns are wide from the declared schema and ``wide_fields`` from a Spark schema.
+
+Importable without pyspark or a JVM: Spark and pyarrow are imported inside the methods using them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Context, Decimal, Inexact, InvalidOperation
+from typing import TYPE_CHECKING, Any
+
+from streamling.util import did_you_mean
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import DataType, StructField, StructType
+
+#: field metadata key recording the Streamling type of a wide decimal column.
+METADATA_KEY = "streamling.type"
+DECIMAL128_MAX_PRECISION = 38
+DECIMAL256_MAX_PRECISION = 76
+SPARK_MAX_PRECISION = 38
+POSTGRES_MAX_PRECISION = 1000
+#: what bare ``decimal`` means (Streamling's default).
+BARE_DECIMAL = (38, 9)
+
+_INTEGERS = ("int8", "int16", "int32", "int64")
+_UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
+_OTHERS = ("float32", "float64", "string", "boolean", "timestamp")
+SIMPLE_NAMES: tuple[str, ...] = (*_INTEGERS, *_UNSIGNED, *_OTHERS)
+#: every accepted name, as written in error messages.
+VALID_NAMES = (*SIMPLE_NAMES, "decimal", "decimal128(p,s)", "decimal256(p,s)")
+VALID_TEXT = ", ".join(VALID_NAMES)
+_MAX_PRECISION = {"decimal128": DECIMAL128_MAX_PRECISION, "decimal256": DECIMAL256_MAX_PRECISION}
+_WITH_ARGS = re.compile(r"^([a-z0-9_]+)\s*\((.*)\)$")
+_ARGS = re.compile(r"^\s*(\d+)\s*,\s*(\d+)\s*$")
+_META_NAME = re.compile(r"^(decimal128|decimal256|decimal)\((\d+),(\d+)\)$")
+# Significant digits every binary64 float keeps exactly through its shortest repr.
+_FLOAT_EXACT_DIGITS = 15
+# The signed type an unsigned one widens to, so every value fits.
+_WIDENED = {"uint8": "int16", "uint16": "int32", "uint32": "int64"}
+
+
+class TypeNameError(ValueError):
+    """A column type name that is not a valid Streamling type; the message says what to write."""
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """One Streamling column type. ``kind`` is a simple name, ``decimal128``, ``decimal256`` or
+    ``decimal`` (arbitrary precision: only from Avro decimals beyond 76 digits, e.g. U256)."""
+
+    kind: str
+    precision: int = 0
+    scale: int = 0
+
+    @property
+    def name(self) -> str:
+        """The canonical Streamling name (bare ``decimal`` is spelled out as decimal128(38,9))."""
+        if self.is_decimal:
+            return f"{self.kind}({self.precision},{self.scale})"
+        return self.kind
+
+    @property
+    def is_decimal(self) -> bool:
+        return self.kind in ("decimal128", "decimal256", "decimal")
+
+    @property
+    def wide(self) -> bool:
+        """More digits than Spark's DecimalType holds: carried as exact decimal text."""
+        return self.is_decimal and self.precision > SPARK_MAX_PRECISION
+
+    def _storage(self) -> ColumnType:
+        """The signed type an unsigned one is stored as (uint64 → decimal128(20,0))."""
+        if self.kind == "uint64":
+            return ColumnType("decimal128", 20, 0)
+        widened = _WIDENED.get(self.kind)
+        return ColumnType(widened) if widened else self
+
+    def metadata(self) -> dict[str, str]:
+        """Field metadata that marks a wide column (empty for every other type)."""
+        return {METADATA_KEY: self.name} if self.wide else {}
+
+    def spark_type(self) -> DataType:
+        from pyspark.sql import types as T
+
+        base = self._storage()
+        if base.wide:
+            return T.StringType()
+        if base.is_decimal:
+            return T.DecimalType(base.precision, base.scale)
+        simple: dict[str, DataType] = {
+            "int8": T.ByteType(), "int16": T.ShortType(), "int32": T.IntegerType(), "int64": T.LongType(),
+            "float32": T.FloatType(), "float64": T.DoubleType(), "string": T.StringType(),
+            "boolean": T.BooleanType(), "timestamp": T.TimestampType()}
+        return simple[base.kind]
+
+    def spark_field(self, column: str) -> StructField:
+        """A nullable Spark field of this type, wide columns tagged with their metadata."""
+        from pyspark.sql.types import StructField
+
+        return StructField(column, self.spark_type(), True, self.metadata() or None)
+
+    def spark_ddl(self) -> str:
+        """The Spark SQL DDL type (``from_json`` schemas, casts)."""
+        base = self._storage()
+        if base.wide:
+            return "STRING"
+        if base.is_decimal:
+            return f"DECIMAL({base.precision},{base.scale})"
+        return {"int8": "TINYINT", "int16": "SMALLINT", "int32": "INT", "int64": "BIGINT", "float32": "FLOAT",
+                "float64": "DOUBLE", "string": "STRING", "boolean": "BOOLEAN", "timestamp": "TIMESTAMP"}[base.kind]
+
+    def arrow_type(self) -> pa.DataType:
+        """The Arrow type batches carry (what Spark's Arrow conversion uses for ``spark_type``)."""
+        import pyarrow as pa
+
+        base = self._storage()
+        if base.wide:
+            return pa.string()
+        if base.is_decimal:
+            return pa.decimal128(base.precision, base.scale)
+        simple: dict[str, pa.DataType] = {
+            "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
+            "float32": pa.float32(), "float64": pa.float64(), "string": pa.string(), "boolean": pa.bool_(),
+            "timestamp": pa.timestamp("us", tz="UTC")}
+        return simple[base.kind]
+
+    def arrow_field(self, column: str) -> pa.Field:
+        import pyarrow as pa
+
+        return pa.field(column, self.arrow_type(), True, self.metadata() or None)
+
+    def avro(self) -> Any:
+        """The Avro schema fragment (without the ``["null", …]`` union a nullable column adds)."""
+        base = self._storage()
+        if base.is_decimal:
+            return {"type": "bytes", "logicalType": "decimal", "precision": base.precision, "scale": base.scale}
+        return {"int8": "int", "int16": "int", "int32": "int", "int64": "long", "float32": "float",
+                "float64": "double", "string": "string", "boolean": "boolean",
+                "timestamp": {"type": "long", "logicalType": "timestamp-micros"}}[base.kind]
+
+    def postgres(self) -> str:
+        """The Postgres column type; wide decimals keep their precision as NUMERIC(p,s)."""
+        base = self._storage()
+        if base.is_decimal:
+            if base.precision > POSTGRES_MAX_PRECISION:
+                return "NUMERIC"
+            return f"NUMERIC({base.precision},{base.scale})"
+        return {"int8": "SMALLINT", "int16": "SMALLINT", "int32": "INTEGER", "int64": "BIGINT", "float32": "REAL",
+                "float64": "DOUBLE PRECISION", "string": "TEXT", "boolean": "BOOLEAN",
+                "timestamp": "TIMESTAMPTZ"}[base.kind]
+
+
+def parse_type(text: str) -> ColumnType:
+    """A Streamling type name as a ``ColumnType``; ``TypeNameError`` says what to write instead."""
+    name = str(text).strip().lower()
+    if name in SIMPLE_NAMES:
+        return ColumnType(name)
+    if name == "decimal":
+        return ColumnType("decimal128", *BARE_DECIMAL)
+    match = _WITH_ARGS.match(name)
+    if match is None:
+        raise TypeNameError(f"unknown type {text!r}{did_you_mean(name, list(VALID_NAMES))}; "
+                            f"valid types: {VALID_TEXT}")
+    base, args = match.group(1), match.group(2)
+    if base not in _MAX_PRECISION:
+        suggestion = did_you_mean(base, ["decimal128", "decimal256"], fmt="'{}(" + args.strip() + ")'")
+        raise TypeNameError(f"unknown type {text!r}{suggestion}; valid types: {VALID_TEXT}")
+    numbers = _ARGS.match(args)
+    if numbers is None:
+        raise TypeNameError(f"type {text!r} needs a precision and a scale: write {base}(p,s), e.g. {base}(18,2)")
+    precision, scale = int(numbers.group(1)), int(numbers.group(2))
+    limit = _MAX_PRECISION[base]
+    if not 1 <= precision <= limit:
+        wider = (f"; use decimal256({precision},{scale}) for up to {DECIMAL256_MAX_PRECISION} digits"
+                 if base == "decimal128" and DECIMAL128_MAX_PRECISION < precision <= DECIMAL256_MAX_PRECISION else "")
+        raise TypeNameError(f"type {text!r}: precision {precision} is outside 1..{limit} for {base}{wider}")
+    if scale > precision:
+        raise TypeNameError(f"type {text!r}: scale {scale} is larger than precision {precision}; "
+                            f"write {base}(p,s) with 0 <= s <= p")
+    return ColumnType(base, precision, scale)
+
+
+def check_type_names(columns: Mapping[str, str | None] | None, *, allow_drop: bool = False) -> None:
+    """Validate a column → type-name map; the error names the column (``None`` drops it when allowed)."""
+    for column, text in (columns or {}).items():
+        if text is None:
+            if allow_drop:
+                continue
+            raise TypeNameError(f"column '{column}': a type is required; valid types: {VALID_TEXT}")
+        try:
+            parse_type(text)
+        except TypeNameError as exc:
+            drop = " (or null to drop the column)" if allow_drop else ""
+            raise TypeNameError(f"column '{column}': {exc}{drop}") from None
+
+
+def decimal_type(precision: int, scale: int) -> ColumnType:
+    """The type for a decimal of any precision (an Avro decimal, a U256): the narrowest kind."""
+    if precision < 1 or not 0 <= scale <= precision:
+        raise TypeNameError(f"decimal precision {precision} and scale {scale} are invalid; need 0 <= scale <= "
+                            "precision and precision >= 1")
+    if precision <= DECIMAL128_MAX_PRECISION:
+        return ColumnType("decimal128", precision, scale)
+    if precision <= DECIMAL256_MAX_PRECISION:
+        return ColumnType("decimal256", precision, scale)
+    return ColumnType("decimal", precision, scale)
+
+
+def from_metadata(metadata: Mapping[str, Any] | None) -> ColumnType | None:
+    """The wide type recorded in a field's metadata (Spark dict or Arrow bytes), or None."""
+    if not metadata:
+        return None
+    raw = metadata.get(METADATA_KEY, metadata.get(METADATA_KEY.encode()))  # type: ignore[call-overload]
+    if raw is None:
+        return None
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    match = _META_NAME.match(text.replace(" ", ""))
+    if match is None:
+        return None
+    return ColumnType(match.group(1), int(match.group(2)), int(match.group(3)))
+
+
+def field_type(field: StructField) -> ColumnType | None:
+    """The Streamling type of a Spark field (None for types Streamling names do not cover)."""
+    from pyspark.sql import types as T
+
+    wide = from_metadata(field.metadata)
+    if wide is not None and isinstance(field.dataType, T.StringType):
+        return wide
+    kind = field.dataType
+    if isinstance(kind, T.DecimalType):
+        return ColumnType("decimal128", kind.precision, kind.scale)
+    for spark_class, name in ((T.ByteType, "int8"), (T.ShortType, "int16"), (T.IntegerType, "int32"),
+                              (T.LongType, "int64"), (T.FloatType, "float32"), (T.DoubleType, "float64"),
+                              (T.StringType, "string"), (T.BooleanType, "boolean"), (T.TimestampType, "timestamp")):
+        if isinstance(kind, spark_class):
+            return ColumnType(name)
+    return None
+
+
+def spark_schema(columns: Mapping[str, str]) -> StructType:
+    """A declared ``schema`` (column → type name) as a Spark struct, every column nullable."""
+    from pyspark.sql.types import StructType
+
+    return StructType([parse_type(text).spark_field(column) for column, text in columns.items()])
+
+
+def spark_ddl(columns: Mapping[str, str]) -> str:
+    """A declared ``schema`` as Spark DDL (``from_json``), names back-quoted."""
+    return ", ".join(f"`{c.replace('`', '``')}` {parse_type(t).spark_ddl()}" for c, t in columns.items())
+
+
+def with_wide_metadata(arrow: pa.Schema, spark: StructType) -> pa.Schema:
+    """``arrow`` (Spark's Arrow conversion of ``spark``, which drops field metadata) with the wide
+    columns' metadata put back, so Arrow batch functions know which text columns are decimals."""
+    import pyarrow as pa
+
+    wide = wide_fields(spark)
+    if not wide:
+        return arrow
+    return pa.schema([f.with_metadata(wide[f.name].metadata()) if f.name in wide else f for f in arrow],
+                     metadata=arrow.metadata)
+
+
+def wide_columns(columns: Mapping[str, str | None] | None) -> dict[str, ColumnType]:
+    """The wide decimal columns of a declared schema: for the SQL validator (no Spark needed)."""
+    out: dict[str, ColumnType] = {}
+    for column, text in (columns or {}).items():
+        if text is None:
+            continue
+        try:
+            kind = parse_type(text)
+        except TypeNameError:
+            continue
+        if kind.wide:
+            out[column] = kind
+    return out
+
+
+def wide_fields(schema: StructType) -> dict[str, ColumnType]:
+    """The wide decimal columns of a Spark schema, read from field metadata."""
+    return {f.name: t for f in schema.fields if (t := from_metadata(f.metadata)) is not None}
+
+
+# --- exact decimal text ---------------------------------------------------------------------------
+
+def decimal_text(value: Any, kind: ColumnType, column: str = "") -> str | None:
+    """``value`` as canonical text for a decimal column: exactly ``scale`` digits after the point.
+
+    Rejects (``ValueError``) what would need rounding or more digits than ``precision``, so a value
+    is either stored exactly or refused. Floats go through their shortest repr (JSON's text).
+    """
+    if value is None:
+        return None
+    where = f"column '{column}': " if column else ""
+    if isinstance(value, bool):
+        raise ValueError(f"{where}{value!r} is not a number for {kind.name}")
+    try:
+        number = Decimal(repr(value) if isinstance(value, float) else str(value).strip())
+    except InvalidOperation:
+        raise ValueError(f"{where}{value!r} is not a decimal number for {kind.name}") from None
+    if isinstance(value, float) and len(number.as_tuple().digits) > _FLOAT_EXACT_DIGITS:
+        raise ValueError(f"{where}{value!r} arrived as a binary floating-point number, which may already have "
+                         f"lost digits; send values of {kind.name} as decimal strings")
+    if not number.is_finite():
+        raise ValueError(f"{where}{value!r} is not a finite number for {kind.name}")
+    context = Context(prec=max(kind.precision, number.adjusted() + 1, 1) + kind.scale + 2, traps=[Inexact])
+    try:
+        exact = number.quantize(Decimal(1).scaleb(-kind.scale), context=context)
+    except Inexact:
+        raise ValueError(f"{where}{value} has more than {kind.scale} digits after the point for {kind.name}"
+                         ) from None
+    if exact.is_zero():
+        exact = abs(exact)
+    elif exact.adjusted() + 1 > kind.precision - kind.scale:
+        raise ValueError(f"{where}{value} has more than {kind.precision - kind.scale} digits before the point "
+                         f"for {kind.name}")
+    return format(exact, "f")
+
+
+def decimal_texts(values: Iterable[Any], kind: ColumnType, column: str = "") -> pa.Array:
+    """A string array of canonical decimal text (see ``decimal_text``)."""
+    import pyarrow as pa
+
+    return pa.array([decimal_text(v, kind, column) for v in values], type=pa.string())
+
+
+def unscaled_to_text(unscaled: int, scale: int) -> str:
+    """Canonical text of ``unscaled × 10^-scale`` (Avro decimals carry the unscaled integer)."""
+    sign = "-" if unscaled < 0 else ""
+    digits = str(abs(unscaled)).rjust(scale + 1, "0")
+    if scale == 0:
+        return sign + digits
+    return f"{sign}{digits[:-scale]}.{digits[-scale:]}"
+
+
+def text_to_unscaled(text: str, scale: int) -> int:
+    """The unscaled integer of canonical decimal text with ``scale`` digits after the point."""
+    whole, _, fraction = text.partition(".")
+    return int(whole + fraction.ljust(scale, "0")[:scale]) if scale else int(whole)
