@@ -177,14 +177,26 @@ class KafkaConnection(_Section):
 
 
 class KafkaSourceSettings(KafkaConnection):
+    """``kafka_source.*``. Every key Streamling reads is accepted; the ones Spark gives no meaning
+    are reported by ``streamling.kafka.no_effect`` when a pipeline uses them."""
+
+    #: offsets are committed to ``<consumer_group_id>-<node>`` (default ``<application_id>.<node>``)
     consumer_group_id: str | None = None
-    lag_report_interval_ms: int = 60000
+    lag_report_interval_ms: int = Field(default=60000, ge=1)
+    #: Streamling: how long the consumer waits for its first assignment before logging and retrying
+    consumer_fetch_timeout_sec: int | None = Field(default=None, ge=1)
+    #: Streamling: after this long without records while lag is positive, log a stall warning
+    stall_watchdog_timeout_sec: int | None = Field(default=None, ge=1)
     #: streamling addition: upper bound of records per epoch (Spark's maxOffsetsPerTrigger).
     max_offsets_per_epoch: int | None = Field(default=None, ge=1)
 
 
 class KafkaSinkSettings(KafkaConnection):
-    pass
+    """``kafka_sink.*``. Streamling reads the sink with the source's connection model, so the two
+    consumer-only keys are accepted here too (they do nothing for a producer, there or here)."""
+
+    consumer_group_id: str | None = None
+    lag_report_interval_ms: int | None = Field(default=None, ge=1)
 
 
 class RetrySettings(_Section):

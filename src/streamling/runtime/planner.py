@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamling.config import Settings
 from streamling.errors import StreamlingError, ValidationError
+from streamling.kafka.no_effect import log_kafka_warnings
 from streamling.runtime.nodes import Node, NodeContext, Sink, Source, Transform
 from streamling.spec.nodes import DynamicTableTransformOptions, parse_key
 from streamling.spec.pipeline import NodeSpec, PipelineSpec
@@ -137,6 +138,7 @@ def _instantiate(spec: NodeSpec, ctx: NodeContext) -> Node:
 
 
 def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) -> Plan:
+    log_kafka_warnings(spec, settings)
     keys = effective_keys(spec)
     plan = Plan(spec=spec, settings=settings, flows=split_flows(spec), keys=keys)
     # The plan's dynamic tables by node name: each DynamicTableTransform registers its backend,

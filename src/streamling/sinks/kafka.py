@@ -5,12 +5,19 @@ each value is ``0x00 + schema id + to_avro(row)``. The key is the primary key (i
 or a JSON object for a composite key) and the ``dbz.op`` header carries the operation (insert →
 ``c``, ``u``, ``d``), so a Streamling or Debezium consumer reads changes back. Delivery is
 at-least-once: a replayed epoch may publish its messages again.
+
+Producer batching: ``batch_flush_interval`` is the producer's ``linger.ms``, as in Streamling.
+``batch_size`` is a message count there (librdkafka's ``batch.num.messages``); Spark writes with
+the Java producer, whose only batch limit is ``batch.size`` in *bytes*, so passing the count
+would cap every batch at a few messages. It is reported as having no effect instead. Streamling
+flushes its producer at the end of every batch; Spark's writer flushes at the end of each write
+task, so an epoch's messages are all acknowledged before the epoch commits either way.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from streamling.errors import StreamlingError
 from streamling.kafka.avro import record_schema
@@ -18,6 +25,7 @@ from streamling.kafka.registry import Registry
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
 from streamling.sinks.common import last_row_per_key, op_column
 from streamling.spec.nodes import KafkaSinkOptions
+from streamling.util import parse_duration_secs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -27,6 +35,9 @@ log = logging.getLogger(__name__)
 
 
 class KafkaSink(Sink):
+    #: ``batch_flush_interval`` becomes the producer's ``linger.ms``
+    honoured_keys: ClassVar[frozenset[str]] = frozenset({"batch_flush_interval"})
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         assert isinstance(self.options, KafkaSinkOptions)
@@ -38,13 +49,32 @@ class KafkaSink(Sink):
         self._avro_text: str | None = None
         self._columns: list[str] = []
 
+    def common_key_reason(self, key: str) -> str:
+        if key == "batch_size":
+            return ("a message count per producer batch in Streamling (librdkafka's batch.num.messages); Spark's "
+                    "Kafka writer uses the Java producer, which has no count limit (its batch.size is in bytes). "
+                    "Each epoch is still flushed before it commits, and batch_flush_interval (linger.ms) applies")
+        return super().common_key_reason(key)
+
     @property
     def key(self) -> list[str]:
+        # Validation already refuses a sink no key can reach; this catches an Avro source whose
+        # registered record names no primaryKeys (only known once the registry is read).
         if not self.ctx.primary_key:
-            raise StreamlingError(f"kafka sink '{self.name}' requires a primary key", node=self.name,
-                                  node_kind="kafka sink", code="primary_key_required",
-                                  hint="set primary_key on the sink or on a node upstream")
+            raise StreamlingError(f"kafka sink '{self.name}' requires a primary key", code="primary_key_required",
+                                  hint="set primary_key on the sink or on a node upstream; it becomes the message "
+                                       "key")
         return list(self.ctx.primary_key)
+
+    def producer_options(self) -> dict[str, str]:
+        """The sink's keys as Java producer settings for Spark's Kafka writer."""
+        opts: dict[str, str] = {"kafka.compression.type": self.opts.compression}
+        if self.opts.message_max_bytes:
+            opts["kafka.max.request.size"] = str(self.opts.message_max_bytes)
+        if self.opts.batch_flush_interval is not None:
+            linger_ms = round(parse_duration_secs(self.opts.batch_flush_interval) * 1000)
+            opts["kafka.linger.ms"] = str(linger_ms)
+        return opts
 
     def open(self, spark: SparkSession) -> None:
         self.key  # noqa: B018 - fail before the first epoch when no key resolves
@@ -110,14 +140,8 @@ class KafkaSink(Sink):
         out = out.persist()
         try:
             rows = out.count()
-            writer = (out.write.format("kafka").options(**self.conn.spark_options()).option("topic", self.topic)
-                      .option("includeHeaders", "true")
-                      .option("kafka.compression.type", self.opts.compression))
-            if self.opts.message_max_bytes:
-                writer = writer.option("kafka.max.request.size", str(self.opts.message_max_bytes))
-            if self.opts.batch_size:
-                writer = writer.option("kafka.batch.size", str(self.opts.batch_size))
-            writer.save()
+            (out.write.format("kafka").options(**self.conn.spark_options()).option("topic", self.topic)
+             .option("includeHeaders", "true").options(**self.producer_options()).save())
         finally:
             out.unpersist()
         return rows

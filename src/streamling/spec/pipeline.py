@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from streamling.errors import StreamlingError, ValidationError
+from streamling.spec.kafka_checks import check_kafka_nodes
 from streamling.spec.loader import LoadedDocument, load_yaml_file, parse_yaml
 from streamling.spec.nodes import (
     LABEL_KEY,
@@ -256,6 +257,8 @@ def build_pipeline(doc: LoadedDocument) -> PipelineSpec:
             _check_labels(col, spec)
 
     _resolve_edges(col, nodes, declared, prefix)
+    if not col.problems:
+        check_kafka_nodes(nodes, prefix, col.add)
     if col.problems:
         col.problems.sort(key=lambda p: (p.location.line or 0) if p.location else 0)
         raise ValidationError(col.problems)

@@ -1,0 +1,170 @@
+"""Kafka checks that need no broker: sink keys, filters over declared schemas, producer options and
+the warnings for Streamling keys that have no effect on Spark."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from streamling.config import load_settings
+from streamling.errors import ValidationError
+from streamling.kafka.no_effect import kafka_warnings
+from streamling.runtime.nodes import NodeContext
+from streamling.sinks.kafka import KafkaSink
+from streamling.spec import PipelineSpec, parse_pipeline
+from streamling.spec.kafka_checks import filter_column_problem
+
+
+def _parse(text: str) -> PipelineSpec:
+    return parse_pipeline(textwrap.dedent(text))
+
+
+def _problems(text: str) -> list[str]:
+    with pytest.raises(ValidationError) as info:
+        _parse(text)
+    return [p.headline() for p in info.value.problems]
+
+
+JSON_SOURCE = """
+    sources:
+      clicks:
+        type: kafka
+        topic: clicks
+        data_format: json
+        schema: {user_id: int64, url: string}
+        %s
+"""
+
+
+@pytest.mark.parametrize("extra, sink_key", [
+    ("primary_key: user_id", ""),  # declared on the source, inherited through the transform
+    ("", "primary_key: user_id"),  # declared on the sink
+])
+def test_kafka_sink_key_may_come_from_anywhere_upstream(extra: str, sink_key: str) -> None:
+    spec = _parse(JSON_SOURCE % extra + f"""
+    transforms:
+      recent: {{type: sql, sql: "SELECT user_id, url FROM clicks"}}
+    sinks:
+      out: {{type: kafka, from: recent, topic: out, {sink_key}}}
+    """)
+    assert spec.nodes["out"].upstream == ["recent"]
+
+
+def test_avro_source_may_name_the_key_in_its_registered_doc() -> None:
+    # Only the registry knows the record's {"primaryKeys": [...]}: not refused without a connection.
+    _parse("""
+    sources:
+      orders: {type: kafka, topic: orders}
+    sinks:
+      out: {type: kafka, from: orders, topic: copy}
+    """)
+
+
+def test_kafka_sink_without_any_key_is_refused_once_per_sink() -> None:
+    problems = _problems(JSON_SOURCE % "" + """
+    sinks:
+      a: {type: kafka, from: clicks, topic: a}
+      b: {type: kafka, from: clicks, topic: b, primary_key: url}
+      c: {type: print, from: clicks}
+    """)
+    assert len(problems) == 1
+    assert problems[0].startswith("kafka sink 'a' requires a primary key [sinks.a (line 11)]")
+
+
+@pytest.mark.parametrize("predicate", [
+    "USER_ID > 3 AND url LIKE 'https://%'",
+    "_gs_op <> 'd'",
+    "_kafka_partition = 0 AND _kafka_key IS NOT NULL",
+    "exists(array(user_id), x -> x > 1)",
+    "url = 'column ghost'",
+])
+def test_filters_that_name_known_columns_pass(predicate: str) -> None:
+    columns = ["user_id", "url", "_gs_op", "_kafka_topic", "_kafka_partition", "_kafka_offset",
+               "_kafka_timestamp", "_kafka_key"]
+    assert filter_column_problem(predicate, columns) is None
+
+
+def test_filter_problem_names_the_column_with_a_suggestion() -> None:
+    assert filter_column_problem("usr_id > 3", ["user_id", "url", "_gs_op"]) == (
+        "column 'usr_id' does not exist (did you mean 'user_id'?)")
+    assert filter_column_problem("this is not sql ((", ["a"]) is None  # left to the engine
+
+
+def test_metadata_columns_need_include_metadata() -> None:
+    problems = _problems(JSON_SOURCE % "primary_key: user_id\n        filter: \"_kafka_partition = 0\"" + """
+    sinks:
+      out: {type: print, from: clicks}
+    """)
+    assert problems == ["kafka source 'clicks': filter fails: column '_kafka_partition' does not exist "
+                        "[sources.clicks.filter (line 9)] — fix the column name in 'filter'"]
+
+
+def _sink(text: str, tmp_path: Path) -> KafkaSink:
+    spec = _parse(text)
+    settings = load_settings(environ={}, cwd=tmp_path)
+    return KafkaSink(NodeContext(spec=spec.nodes["out"], settings=settings, primary_key=["id"]))
+
+
+def test_producer_options_map_the_flush_interval_and_never_the_message_count(tmp_path: Path) -> None:
+    sink = _sink("""
+    sources:
+      orders: {type: kafka, topic: orders, primary_key: id}
+    sinks:
+      out: {type: kafka, from: orders, topic: copy, batch_size: 500, batch_flush_interval: 250ms,
+            compression: gzip, message_max_bytes: 2000000}
+    """, tmp_path)
+    assert sink.producer_options() == {"kafka.compression.type": "gzip", "kafka.linger.ms": "250",
+                                       "kafka.max.request.size": "2000000"}
+    assert "batch.num.messages" in sink.common_key_reason("batch_size")
+    if hasattr(sink, "ineffective_keys"):
+        keys = sink.ineffective_keys()
+        assert "batch_size" in keys and "batch_flush_interval" not in keys
+
+
+KAFKA_BOTH = """
+    sources:
+      orders: {type: kafka, topic: orders, primary_key: id}
+    sinks:
+      out: {type: kafka, from: orders, topic: copy}
+"""
+
+
+def test_streamling_kafka_config_keys_load_and_say_why_they_do_nothing(tmp_path: Path) -> None:
+    environ = {"STREAMLING__KAFKA_SOURCE__CONSUMER_FETCH_TIMEOUT_SEC": "5",
+               "STREAMLING__KAFKA_SOURCE__STALL_WATCHDOG_TIMEOUT_SEC": "30",
+               "STREAMLING__KAFKA_SOURCE__LAG_REPORT_INTERVAL_MS": "1000",
+               "STREAMLING__KAFKA_SOURCE__CONSUMER_GROUP_ID": "shop",
+               "STREAMLING__KAFKA_SINK__CONSUMER_GROUP_ID": "shop",
+               "STREAMLING__KAFKA_SINK__LAG_REPORT_INTERVAL_MS": "1000"}
+    settings = load_settings(environ=environ, cwd=tmp_path)
+    assert settings.kafka_source.consumer_fetch_timeout_sec == 5
+    warnings = kafka_warnings(_parse(KAFKA_BOTH), settings)
+    keys = [w.split(" ", 1)[0] for w in warnings]
+    assert keys == ["kafka_source.lag_report_interval_ms", "kafka_source.consumer_fetch_timeout_sec",
+                    "kafka_source.stall_watchdog_timeout_sec", "kafka_source.consumer_group_id",
+                    "kafka_sink.consumer_group_id", "kafka_sink.lag_report_interval_ms"]
+    assert "'shop-<node>'" in warnings[3]
+
+
+def test_no_kafka_warnings_for_defaults_or_without_kafka_nodes(tmp_path: Path) -> None:
+    assert kafka_warnings(_parse(KAFKA_BOTH), load_settings(environ={}, cwd=tmp_path)) == []
+    settings = load_settings(environ={"STREAMLING__KAFKA_SOURCE__CONSUMER_FETCH_TIMEOUT_SEC": "5"}, cwd=tmp_path)
+    no_kafka = _parse("""
+    sources:
+      g: {type: generate, rows: 1}
+    sinks:
+      out: {type: print, from: g}
+    """)
+    assert kafka_warnings(no_kafka, settings) == []
+
+
+def test_group_id_follows_streamling_naming(tmp_path: Path) -> None:
+    from streamling.sources.kafka import KafkaSource
+
+    spec = _parse(KAFKA_BOTH)
+    for environ, group in (({}, "local_app_v1.orders"), ({"STREAMLING__KAFKA_SOURCE__CONSUMER_GROUP_ID": "shop"},
+                                                          "shop-orders")):
+        ctx = NodeContext(spec=spec.nodes["orders"], settings=load_settings(environ=environ, cwd=tmp_path))
+        assert KafkaSource(ctx).group_id == group
