@@ -219,8 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.validate:
         return validate(args)
-    settings_fmt = os.environ.get("STREAMLING__LOG_FORMAT", "text")
-    setup_logging(settings_fmt if settings_fmt in ("text", "json") else "text", args.debug)
+    setup_logging(_log_format(args), args.debug)
     try:
         return run(args)
     except StreamlingError as exc:
@@ -228,6 +227,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if exc.user else 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - a bug is still one line; the trace is for --debug
+        log.error("internal error: %s: %s%s", type(exc).__name__, exc,
+                  "" if args.debug else " (run with --debug for the trace, and report it)",
+                  exc_info=args.debug)
+        return 2
+
+
+def _log_format(args: argparse.Namespace) -> str:
+    """``log_format`` from the config layers (file < environment); text when they do not load —
+    the run itself then reports why."""
+    try:
+        return load_settings(args.config).log_format
+    except StreamlingError:
+        fmt = os.environ.get("STREAMLING__LOG_FORMAT", "text")
+        return fmt if fmt in ("text", "json") else "text"
 
 
 if __name__ == "__main__":

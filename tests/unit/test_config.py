@@ -231,8 +231,8 @@ def test_per_sink_connection_describe_hides_the_password(tmp_path: Path) -> None
          "invalid configuration: state_backend.backend_type: unknown state backend 'redis'; use InMemory, "
          "Sqlite or Postgres — fix it in the config file or in STREAMLING__STATE_BACKEND__BACKEND_TYPE"),
         ({"STREAMLING__PRINT_SINK__SAMPLE_EVRY": "3"},
-         "invalid configuration: print_sink.sample_evry: unknown key — fix it in the config file or in "
-         "STREAMLING__PRINT_SINK__SAMPLE_EVRY"),
+         "invalid configuration: print_sink.sample_evry: unknown key (did you mean 'sample_every'?) — fix it in "
+         "the config file or in STREAMLING__PRINT_SINK__SAMPLE_EVRY"),
         ({"STREAMLING__PRINT_SINK__SAMPLE_EVERY": "0"},
          "invalid configuration: print_sink.sample_every: must be greater than or equal to 1 (got '0') — "
          "fix it in the config file or in STREAMLING__PRINT_SINK__SAMPLE_EVERY"),

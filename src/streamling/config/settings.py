@@ -19,6 +19,7 @@ import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from streamling.errors import StreamlingError
+from streamling.util import did_you_mean
 
 ENV_PREFIX = "STREAMLING__"
 _SECRET_KEYS = re.compile(r"(pass(word)?|secret|secret[._-]?key|token|sasl_password|api_key|credentials?)$",
@@ -225,9 +226,14 @@ class WasmScriptSettings(_Section):
 
 
 class Settings(BaseModel):
-    """The whole runtime configuration."""
+    """The whole runtime configuration.
 
-    model_config = ConfigDict(extra="allow")
+    Unknown keys are rejected like unknown pipeline keys (a typo must not fall back to a default
+    silently). Keys Streamling defines for features this build does not run are accepted and
+    reported by ``ineffective_keys``, so a config written for Streamling still loads and says so.
+    """
+
+    model_config = ConfigDict(extra="forbid")
 
     application_id: str = "local_app_v1"
     log_format: Literal["text", "json"] = "text"
@@ -257,6 +263,39 @@ class Settings(BaseModel):
     #: ``<NAME>``, so both maps are keyed by the lower-cased secret name (see ``http_secret``).
     http_secret_header: dict[str, str] = Field(default_factory=dict)
     http_secret_value: dict[str, str] = Field(default_factory=dict)
+    # Streamling keys for what this build does not run (yet): accepted, reported when set.
+    internal_buffer_size: int = Field(default=10, ge=1)
+    admin_api_port: int = 3000
+    live_data_inspect_enabled: bool = False
+    live_data_inspect: dict[str, Any] = Field(default_factory=dict)
+    open_telemetry_metrics: dict[str, Any] = Field(default_factory=dict)
+    plugin: dict[str, Any] = Field(default_factory=dict)
+    plugin_drain_budget_secs: float = 60
+    backpressure_event_threshold_ms: int = 100
+    clickhouse_source: dict[str, Any] = Field(default_factory=dict)
+    clickhouse_sink: dict[str, Any] = Field(default_factory=dict)
+
+    def ineffective_keys(self) -> list[tuple[str, str]]:
+        """``(key, why)`` for each key set away from its default that does nothing on Spark here."""
+        defaults = Settings()
+        out: list[tuple[str, str]] = []
+
+        def changed(*path: str) -> bool:
+            mine: Any = self
+            theirs: Any = defaults
+            for part in path:
+                mine, theirs = getattr(mine, part), getattr(theirs, part)
+            return bool(mine != theirs)
+
+        for key, why in _INEFFECTIVE.items():
+            if changed(*key.split(".")):
+                out.append((key, why))
+        if self.drain_policy == "fast":
+            out.append(("drain_policy", "'fast' stops like 'drain' here: on a stop request the epoch in flight "
+                                        "finishes and commits (bounded by shutdown_budget_secs, then exit code 3) "
+                                        "because Spark cannot abandon an epoch without failing the query; the rows "
+                                        "written are the same either way"))
+        return out
 
     def postgres_connection_for(self, sink_name: str) -> PostgresSinkSettings:
         """The sink's connection: ``postgres_sink`` overlaid with its per-sink override.
@@ -300,6 +339,27 @@ class Settings(BaseModel):
         dump = mask_secrets(self.model_dump(by_alias=True))
         dump["http_secret_value"] = {k: MASK for k in self.http_secret_value}
         return dump
+
+
+_LATER = "is not available in this build yet; the section is accepted so a Streamling config loads, and ignored"
+#: Keys that keep Streamling's name but cannot act on Spark, with what to use instead.
+_INEFFECTIVE: dict[str, str] = {
+    "record_batch_interval_ms": "on Spark rows move in epochs: an epoch starts every checkpoint_interval_sec, and "
+                                "its Arrow batches are cut by record_batch_size, not by a timer",
+    "internal_buffer_size": "Spark has no channel between operators to size; an epoch is processed as one Spark job",
+    "admin_api_port": "the admin API is not served by this build; the Spark UI shows the streaming queries",
+    "live_data_inspect_enabled": "live inspect is not served by this build; notebooks show live samples per node",
+    "live_data_inspect": "live inspect is not served by this build; notebooks show live samples per node",
+    "open_telemetry_metrics": f"OpenTelemetry export {_LATER}",
+    "plugin": f"plugins {_LATER}",
+    "plugin_drain_budget_secs": f"plugins {_LATER}",
+    "backpressure_event_threshold_ms": "backpressure events are not emitted by this build; Spark's query progress "
+                                       "(input vs processing rate) shows backpressure",
+    "clickhouse_source": f"ClickHouse {_LATER}",
+    "clickhouse_sink": f"ClickHouse {_LATER}",
+    "postgres_sink.batch_flush_interval": "a Postgres sink flushes once per epoch, in one transaction; set "
+                                          "checkpoint_interval_sec to flush more or less often",
+}
 
 
 def normalize_backend(value: str) -> str:
@@ -437,10 +497,21 @@ def _config_problem(err: Any) -> str:
     loc = [str(p) for p in err["loc"]]
     text = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        text = "unknown key"
+        text = "unknown key" + did_you_mean(loc[-1] if loc else "", _section_keys(loc[:-1]))
     elif text.startswith("Input should be"):
         text = text.replace("Input should be", "must be", 1)
         value = err.get("input")
         if isinstance(value, (str, int, float, bool)) and not _SECRET_KEYS.search(loc[-1] if loc else ""):
             text += f" (got {value!r})"
     return f"{'.'.join(loc)}: {text}"
+
+
+def _section_keys(loc: list[str]) -> list[str]:
+    """The keys allowed at ``loc`` in the settings model, for did-you-mean hints."""
+    model: Any = Settings
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return []
+        model = field.annotation
+    return [f.alias or k for k, f in model.model_fields.items()]

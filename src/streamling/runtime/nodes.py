@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from streamling.config import Settings
 from streamling.errors import StreamlingError
@@ -59,7 +59,18 @@ class NodeContext:
         return self.spec.error(message, **kwargs)
 
 
+_PER_EPOCH = ("on Spark a node handles a whole epoch at once; epochs start every checkpoint_interval_sec, "
+              "so set that (or kafka_source.max_offsets_per_epoch) to size them")
+_NO_METRICS = "this build exports no metrics yet, so telemetry settings are validated but not emitted"
+
+
 class Node(ABC):  # noqa: B024 - shared base; each kind declares its abstract method
+    #: Keys every node accepts (``parallelism``, ``batch_size``, ``batch_flush_interval``) that this
+    #: node type acts on; the others, when set, are reported by ``ineffective_keys``. Sources and
+    #: transforms honour ``parallelism``: the flow spreads their input over that many Spark
+    #: partitions, hashed by the primary key (round-robin without one).
+    honoured_keys: ClassVar[frozenset[str]] = frozenset({"parallelism"})
+
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
         self.options = ctx.spec.options
@@ -67,6 +78,39 @@ class Node(ABC):  # noqa: B024 - shared base; each kind declares its abstract me
     @property
     def name(self) -> str:
         return self.ctx.name
+
+    def ineffective_keys(self) -> dict[str, str]:
+        """Keys set on this node that change nothing here, each with why and what to set instead.
+
+        The planner logs them once per run, and ``--validate`` lists them under ``warnings``: a key
+        Streamling documents is never accepted and silently ignored.
+        """
+        out: dict[str, str] = {}
+        for key in ("parallelism", "batch_size", "batch_flush_interval"):
+            if getattr(self.options, key) is not None and key not in self.honoured_keys:
+                out[key] = self.common_key_reason(key)
+        telemetry = self.options.telemetry
+        if telemetry is not None and telemetry.event_time is not None:
+            out["telemetry.event_time"] = f"{_NO_METRICS} (the event-time watermark and lag are metrics)"
+        if telemetry is not None and telemetry.labels:
+            out["telemetry.labels"] = _NO_METRICS
+        return out
+
+    def common_key_reason(self, key: str) -> str:
+        """Why ``key`` (one of the keys every node accepts) does nothing on this node type."""
+        if key == "parallelism":
+            return "this node runs where Spark places it; parallelism applies to sources, transforms and sinks " \
+                   "that write from executors"
+        return _PER_EPOCH
+
+    def spread(self, df: DataFrame) -> DataFrame:
+        """``df`` over ``parallelism`` partitions, hashed by the primary key (round-robin without one):
+        rows of one key stay together and in order, as Streamling's keyed repartition keeps them."""
+        count = self.options.parallelism
+        if not count or "parallelism" not in self.honoured_keys:
+            return df
+        keys = [k for k in self.ctx.primary_key if k in df.columns]
+        return df.repartition(count, *keys) if keys else df.repartition(count)
 
 
 class Source(Node):
@@ -127,6 +171,17 @@ class Transform(Node):
 
 class Sink(Node):
     """Writes each micro-batch; ``write`` returns only once the rows are durable."""
+
+    #: Sinks that write from the executors, partition by partition, set ``{"parallelism"}``: the
+    #: flow then spreads each epoch over that many writers. Sinks that write from the driver (one
+    #: transaction per epoch, requests in order) keep the default and report the key.
+    honoured_keys: ClassVar[frozenset[str]] = frozenset()
+
+    def common_key_reason(self, key: str) -> str:
+        if key == "parallelism":
+            return (f"a {self.ctx.spec.type} sink writes each epoch from the driver as one unit (one transaction "
+                    "or one ordered stream of requests), so there is a single writer")
+        return super().common_key_reason(key)
 
     def open(self, spark: SparkSession) -> None:  # noqa: B027 - optional hook
         """Prepare before the first epoch (connect, create tables). Not called on dry runs."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,8 @@ from streamling.spec.pipeline import NodeSpec, PipelineSpec
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -153,6 +156,7 @@ def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) ->
                           state_dir=settings.state_dir, dry_run=dry_run,
                           extras={"scope": scope, "dynamic_tables": dynamic_tables})
         plan.nodes[node.name] = _instantiate(node, ctx)
+    _report_ineffective_keys(plan)
     if settings.job_mode:
         unbounded = [s.name for f in plan.flows for s in f.sources if not getattr(plan.nodes[s.name], "bounded", False)]
         if unbounded:
@@ -161,6 +165,34 @@ def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) ->
                 code="job_mode_unbounded", hint="use bounded sources (file with mode: bounded, generate with rows) "
                 "or turn job_mode off")
     return plan
+
+
+def _report_ineffective_keys(plan: Plan) -> None:
+    """Warn once per plan about every key that is set and does nothing here (``--validate`` lists
+    the warnings): Streamling keys are accepted so pipelines load unchanged, never silently ignored."""
+    for key, why in plan.settings.ineffective_keys():
+        log.warning("config key '%s' has no effect here: %s", key, why)
+    for node in plan.nodes.values():
+        for key, why in node.ineffective_keys().items():
+            log.warning("%s: '%s' has no effect here: %s", node.ctx.spec.label, key, why)
+
+
+def _check_sink_keys(plan: Plan) -> list[StreamlingError]:
+    """A sink without a primary key cannot apply updates or deletes by key: a warning, or an error
+    with ``enforce_primary_keys`` (Streamling's switch)."""
+    problems: list[StreamlingError] = []
+    for spec in plan.spec.sinks:
+        if plan.keys.get(spec.name):
+            continue
+        message = ("no primary key (none declared, none inherited from its inputs): updates and deletes cannot "
+                   "be matched to earlier rows")
+        hint = "declare primary_key on the sink or on a node upstream"
+        if plan.settings.enforce_primary_keys:
+            problems.append(spec.error(f"{message}, and enforce_primary_keys is on", hint=hint,
+                                       code="primary_key_missing"))
+        else:
+            log.warning("%s: %s; %s", spec.label, message, hint)
+    return problems
 
 
 def format_pk_error(node: str, missing: list[str], available: list[str]) -> str:
@@ -220,5 +252,6 @@ def analyze(plan: Plan, spark: SparkSession) -> None:
             failed.add(spec.name)
             problems.append(StreamlingError(format_pk_error(spec.name, missing, columns),
                                             code="primary_key_missing"))
+    problems += _check_sink_keys(plan)
     if problems:
         raise ValidationError(problems)

@@ -8,7 +8,7 @@ Without a key, epochs are appended idempotently with Delta's ``txnAppId``/``txnV
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
 from streamling.sinks.common import last_row_per_key, op_column
@@ -19,12 +19,26 @@ if TYPE_CHECKING:
 
 
 class DeltaSink(Sink):
+    #: Delta writes data files from the executors: ``parallelism`` sets how many write at once
+    honoured_keys: ClassVar[frozenset[str]] = frozenset({"parallelism"})
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         assert isinstance(self.options, DeltaSinkOptions)
         self.opts: DeltaSinkOptions = self.options
         path = self.opts.path
         self.path = os.path.abspath(path) if "://" not in path else path
+
+    def spread(self, df: DataFrame) -> DataFrame:
+        return super().spread(df) if not self.key else df  # a MERGE shuffles by its own join
+
+    def ineffective_keys(self) -> dict[str, str]:
+        out = super().ineffective_keys()
+        if self.opts.parallelism is not None and self.key:
+            out["parallelism"] = ("a keyed delta sink writes with MERGE, which shuffles by the key itself "
+                                  "(spark.sql.shuffle.partitions sets its writers); parallelism applies to "
+                                  "append-only delta sinks (no primary key)")
+        return out
 
     @property
     def key(self) -> list[str]:

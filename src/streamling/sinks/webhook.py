@@ -9,7 +9,7 @@ upstream plan still runs in parallel on the executors; only the sending is on th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from streamling.errors import NodeFailure, node_failure_from_text
 from streamling.http.client import HttpSender, build_call, encode_requests, rounds
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 
 class WebhookSink(Sink):
+    #: ``batch_size`` bounds the rows of one batch-mode request
+    honoured_keys: ClassVar[frozenset[str]] = frozenset({"batch_size"})
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         assert isinstance(self.options, WebhookSinkOptions)

@@ -9,7 +9,7 @@ order, so output rows keep the order of the rows that produced them.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from streamling.http.client import HttpCall, HttpSender, build_call, encode_requests, response_rows, rounds
 from streamling.runtime.nodes import Epoch, NodeContext
@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 
 class HandlerTransform(ArrowTransform):
+    #: ``batch_size`` bounds the rows of one batch-mode request
+    honoured_keys: ClassVar[frozenset[str]] = frozenset({"parallelism", "batch_size"})
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         assert isinstance(self.options, HandlerTransformOptions)

@@ -1,0 +1,85 @@
+"""Keys Streamling documents are accepted so pipelines load unchanged; those that do nothing on
+Spark are reported (the log, and ``--validate``'s warnings), never silently ignored."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from streamling.config import load_settings
+from streamling.errors import StreamlingError, ValidationError
+from streamling.runtime.planner import build_plan
+from streamling.spec import parse_pipeline
+
+PIPELINE = """
+sources:
+  orders: {type: generate, rows: 10, primary_key: id, parallelism: 2}
+transforms:
+  big: {type: sql, sql: "SELECT * FROM orders", parallelism: 3,
+        telemetry: {event_time: {column: ts}, labels: {team: data}}}
+sinks:
+  out: {type: print, from: big, parallelism: 3, batch_flush_interval: 2s}
+  lake: {type: delta, from: big, path: /tmp/lake, parallelism: 2, batch_size: 500}
+"""
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_node_keys_without_effect_are_named_with_the_reason(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    build_plan(parse_pipeline(PIPELINE), load_settings(environ={}, cwd=tmp_path), dry_run=True)
+    warnings = _warnings(caplog)
+    assert any(w.startswith("print sink 'out': 'parallelism' has no effect here: a print sink writes each epoch "
+                            "from the driver") for w in warnings)
+    assert any(w.startswith("print sink 'out': 'batch_flush_interval' has no effect here: on Spark a node "
+                            "handles a whole epoch at once") for w in warnings)
+    assert any(w.startswith("delta sink 'lake': 'batch_size' has no effect here") for w in warnings)
+    assert any(w.startswith("sql transform 'big': 'telemetry.event_time' has no effect here") for w in warnings)
+    assert any(w.startswith("sql transform 'big': 'telemetry.labels' has no effect here") for w in warnings)
+    assert any(w.startswith("delta sink 'lake': 'parallelism' has no effect here: a keyed delta sink writes with "
+                            "MERGE") for w in warnings)  # keyed through its input; append-only delta honours it
+    # honoured: sources and transforms are spread over that many Spark partitions
+    assert not any("'parallelism'" in w and ("orders" in w or "'big'" in w) for w in warnings)
+    assert len(warnings) == 6
+
+
+def test_config_keys_without_effect_are_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    (tmp_path / "config.yaml").write_text("admin_api_port: 3001\nclickhouse_sink: {url: 'http://ch:8123'}\n"
+                                          "drain_policy: fast\nrecord_batch_interval_ms: 50\n")
+    settings = load_settings(environ={}, cwd=tmp_path)
+    build_plan(parse_pipeline("sources: {s: {type: generate, rows: 1}}\nsinks: {o: {type: blackhole, from: s}}"),
+               settings, dry_run=True)
+    warnings = _warnings(caplog)
+    for key in ("admin_api_port", "clickhouse_sink", "drain_policy", "record_batch_interval_ms"):
+        assert any(w.startswith(f"config key '{key}' has no effect here: ") for w in warnings), key
+    assert len(warnings) == 4
+
+
+def test_defaults_warn_about_nothing(tmp_path: Path) -> None:
+    assert load_settings(environ={}, cwd=tmp_path).ineffective_keys() == []
+
+
+def test_unknown_config_sections_are_rejected_like_unknown_pipeline_keys(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("kafka_sorce: {brokers: 'x:9092'}\n")
+    with pytest.raises(StreamlingError) as info:
+        load_settings(environ={}, cwd=tmp_path)
+    assert info.value.headline().startswith(
+        "invalid configuration: kafka_sorce: unknown key (did you mean 'kafka_source', 'kafka_sink'?)")
+
+
+@pytest.mark.parametrize(("type_name", "message"), [
+    ("basic_plugin.random_source", "source 'src': source type 'basic_plugin.random_source' is not available: no "
+                                   "installed plugin provides it (this build runs built-in types only); "
+                                   "available source types: file, generate, kafka"),
+    ("clickhouse", "source 'src': source type 'clickhouse' is not available in this build yet; available source "
+                   "types: file, generate, kafka"),
+])
+def test_types_that_are_not_available_say_so(type_name: str, message: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_pipeline(f"sources: {{src: {{type: {type_name}}}}}\nsinks: {{o: {{type: blackhole, from: src}}}}")
+    assert info.value.problems[0].headline().split(" [")[0] == message
