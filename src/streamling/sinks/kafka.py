@@ -20,7 +20,7 @@ import logging
 from typing import TYPE_CHECKING, ClassVar
 
 from streamling.errors import StreamlingError
-from streamling.kafka.avro import record_schema
+from streamling.kafka.avro import avro_row, record_schema
 from streamling.kafka.registry import Registry
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
 from streamling.sinks.common import last_row_per_key, op_column
@@ -129,7 +129,7 @@ class KafkaSink(Sink):
         row = F.struct(*[F.col(f"`{c}`") for c in self._columns])
         if self.opts.data_format == "avro":
             header = F.unhex(F.lit(f"00{self._schema_id:08x}"))
-            value = F.concat(header, to_avro(row, self._avro_text or ""))
+            value = F.concat(header, to_avro(avro_row(staged.schema, self._columns), self._avro_text or ""))
         else:
             value = F.to_json(row).cast("binary")
         key_col = (F.col(f"`{key[0]}`").cast("string") if len(key) == 1

@@ -28,6 +28,7 @@ from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
 from streamling.runtime.retry import backoff_wait, stop_requested, stopped_error
 from streamling.spec.nodes import PostgresSinkOptions
+from streamling.spec.types import from_spark
 
 if TYPE_CHECKING:
     import psycopg
@@ -65,21 +66,20 @@ class _Column:
     encode: str  # "plain" | "json" (to_json in Spark) | "bytea" (hex text in Spark)
 
 
-def pg_type_for(data_type: DataType) -> tuple[str, str]:
-    """The Postgres column type for a Spark type and the Spark-side encoding it needs."""
+def pg_type_for(data_type: DataType, metadata: dict[str, Any] | None = None) -> tuple[str, str]:
+    """The Postgres column type for a Spark type and the Spark-side encoding it needs.
+
+    Scalars map as their Streamling type does (``streamling.spec.types``): a wide decimal, carried
+    as exact text tagged in ``metadata``, becomes ``NUMERIC(p,s)`` and its text is copied as is."""
     from pyspark.sql import types as T
 
-    simple: list[tuple[type, str]] = [
-        (T.BooleanType, "BOOLEAN"), (T.ByteType, "SMALLINT"), (T.ShortType, "SMALLINT"),
-        (T.IntegerType, "INTEGER"), (T.LongType, "BIGINT"), (T.FloatType, "REAL"),
-        (T.DoubleType, "DOUBLE PRECISION"), (T.StringType, "TEXT"), (T.DateType, "DATE"),
-        (T.TimestampType, "TIMESTAMPTZ"), (T.TimestampNTZType, "TIMESTAMP"), (T.NullType, "TEXT"),
-    ]
+    kind = from_spark(data_type, metadata)
+    if kind is not None:
+        return kind.postgres(), "plain"
+    simple: list[tuple[type, str]] = [(T.DateType, "DATE"), (T.TimestampNTZType, "TIMESTAMP"), (T.NullType, "TEXT")]
     for spark_type, pg in simple:
         if isinstance(data_type, spark_type):
             return pg, "plain"
-    if isinstance(data_type, T.DecimalType):
-        return f"NUMERIC({data_type.precision},{data_type.scale})", "plain"
     if isinstance(data_type, T.BinaryType):
         return "BYTEA", "bytea"
     nested: tuple[type, ...] = (T.StructType, T.ArrayType, T.MapType)
@@ -219,7 +219,7 @@ class PostgresSink(Sink):
             if f.name == GS_OP:
                 continue
             try:
-                pg, encode = pg_type_for(f.dataType)
+                pg, encode = pg_type_for(f.dataType, f.metadata)
             except ValueError as exc:
                 raise self._error(f"column '{f.name}': {exc}", hint="cast it in an SQL transform") from exc
             out.append(_Column(f.name, pg, encode))

@@ -23,11 +23,18 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from streamling.errors import StreamlingError, chain_text
-from streamling.kafka.avro import primary_keys_from_doc, unwrap_root
+from streamling.kafka.avro import (
+    WideDecimalError,
+    exact_json_decimals,
+    primary_keys_from_doc,
+    readable_wide_decimals,
+    unwrap_root,
+    wide_decimal_columns,
+)
 from streamling.kafka.registry import RegisteredSchema, Registry
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Source
 from streamling.spec.nodes import KafkaSourceOptions
-from streamling.spec.types import spark_ddl
+from streamling.spec.types import ColumnType, spark_ddl, wide_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -49,6 +56,7 @@ class KafkaSource(Source):
         self.group_id = self.conn.consumer_group_id or f"{ctx.settings.application_id}.{self.name}"
         self._registry: Registry | None = None
         self._consumer: Any = None
+        self._wide: dict[str, ColumnType] = {}  # wide decimal columns, exact text
 
     # --- schema ---------------------------------------------------------------------------------
 
@@ -149,7 +157,9 @@ class KafkaSource(Source):
         where = self._where()
         if self.opts.data_format == "json":
             ddl = spark_ddl(self.opts.schema_ or {})
-            body = F.from_json(F.col("value").cast("string"), ddl, {"mode": "FAILFAST"})
+            body = exact_json_decimals(F.from_json(F.col("value").cast("string"), ddl, {"mode": "FAILFAST"}),
+                                       F.col("value"), self.opts.schema_ or {})
+            self._wide = wide_columns(self.opts.schema_)
             decoded = F.when(F.col("value").isNull(), self._poison(F.concat(F.lit("tombstone (null value) at "),
                                                                                 where))).otherwise(body)
         else:
@@ -162,6 +172,7 @@ class KafkaSource(Source):
                     F.col("offset").alias("_kafka_offset"), F.col("timestamp").alias("_kafka_timestamp"),
                     F.col("key").cast("string").alias("_kafka_key")]
         out = df.select(decoded.alias("__v"), op.alias(GS_OP), *meta).select("__v.*", GS_OP, *_names(meta))
+        out = wide_decimal_columns(out, self._wide, from_bytes=self.opts.data_format == "avro")
         if self.opts.filter:
             out = out.where(F.expr(self.opts.filter))
         return out
@@ -171,7 +182,7 @@ class KafkaSource(Source):
         from pyspark.sql.avro.functions import from_avro
 
         reader, writers = self._schemas()
-        reader_text = json.dumps(unwrap_root(reader.schema))
+        reader_text = json.dumps(self._readable(reader.schema))
         value = F.col("value")
         payload = F.expr("substring(value, 6)")
         # A good record's first five bytes (magic 0 + schema id) equal one known prefix: one binary
@@ -190,6 +201,18 @@ class KafkaSource(Source):
         return expr.otherwise(self._poison(F.concat(
             F.lit("unknown schema id "), schema_id.cast("string"),
             F.lit(f" (not registered under subject '{self.subject}') at "), where)))
+
+    def _readable(self, schema: Any) -> dict[str, Any]:
+        """The reader record with its wide decimals read as bytes, which ``decode`` turns into exact
+        text: ``from_avro`` refuses decimals beyond 38 digits."""
+        try:
+            record, self._wide = readable_wide_decimals(unwrap_root(schema))
+        except WideDecimalError as exc:
+            raise self.ctx.error(f"the value schema of subject '{self.subject}' cannot be read exactly: {exc}",
+                                 code="wide_decimal_nested",
+                                 hint="make the decimal a top-level field, or narrow it to 38 digits in the producer"
+                                 ) from None
+        return record
 
     # --- failures -------------------------------------------------------------------------------
 

@@ -241,22 +241,27 @@ def from_metadata(metadata: Mapping[str, Any] | None) -> ColumnType | None:
     return ColumnType(match.group(1), int(match.group(2)), int(match.group(3)))
 
 
-def field_type(field: StructField) -> ColumnType | None:
-    """The Streamling type of a Spark field (None for types Streamling names do not cover)."""
+def from_spark(data_type: DataType, metadata: Mapping[str, Any] | None = None) -> ColumnType | None:
+    """The Streamling type a Spark column holds (a wide decimal when ``metadata`` says so), or None
+    for types Streamling names do not cover (dates, binary, nested): sinks map those themselves."""
     from pyspark.sql import types as T
 
-    wide = from_metadata(field.metadata)
-    if wide is not None and isinstance(field.dataType, T.StringType):
+    wide = from_metadata(metadata)
+    if wide is not None and isinstance(data_type, T.StringType):
         return wide
-    kind = field.dataType
-    if isinstance(kind, T.DecimalType):
-        return ColumnType("decimal128", kind.precision, kind.scale)
+    if isinstance(data_type, T.DecimalType):
+        return ColumnType("decimal128", data_type.precision, data_type.scale)
     for spark_class, name in ((T.ByteType, "int8"), (T.ShortType, "int16"), (T.IntegerType, "int32"),
                               (T.LongType, "int64"), (T.FloatType, "float32"), (T.DoubleType, "float64"),
                               (T.StringType, "string"), (T.BooleanType, "boolean"), (T.TimestampType, "timestamp")):
-        if isinstance(kind, spark_class):
+        if isinstance(data_type, spark_class):
             return ColumnType(name)
     return None
+
+
+def field_type(field: StructField) -> ColumnType | None:
+    """The Streamling type of a Spark field (see ``from_spark``)."""
+    return from_spark(field.dataType, field.metadata)
 
 
 def spark_schema(columns: Mapping[str, str]) -> StructType:
