@@ -34,6 +34,7 @@ from streamling.kafka.avro import (
 from streamling.kafka.registry import RegisteredSchema, Registry
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Source
 from streamling.spec.nodes import KafkaSourceOptions
+from streamling.spec.sql import spark_expression
 from streamling.spec.types import ColumnType, spark_ddl, wide_columns
 
 if TYPE_CHECKING:
@@ -173,8 +174,9 @@ class KafkaSource(Source):
                     F.col("key").cast("string").alias("_kafka_key")]
         out = df.select(decoded.alias("__v"), op.alias(GS_OP), *meta).select("__v.*", GS_OP, *_names(meta))
         out = wide_decimal_columns(out, self._wide, from_bytes=self.opts.data_format == "avro")
-        if self.opts.filter:
-            out = out.where(F.expr(self.opts.filter))
+        if self.opts.filter:  # DataFusion SQL, as in Streamling: translated for Spark
+            types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
+            out = out.where(F.expr(spark_expression(self.opts.filter, types)))
         return out
 
     def _avro(self, where: Column) -> Column:

@@ -24,7 +24,7 @@ from streamling.spec.nodes import (
     NodeType,
     SqlTransformOptions,
 )
-from streamling.spec.sql import DYNAMIC_TABLE_CHECK, analyze_sql, dynamic_table_sql_problems
+from streamling.spec.sql import DYNAMIC_TABLE_CHECK, analyze_sql, dynamic_table_sql_problems, expression_problems
 from streamling.util import did_you_mean
 
 Kind = Literal["source", "transform", "sink"]
@@ -287,10 +287,14 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
     producers = {n.lower(): n for n, k in declared.items() if k != "sink"}
     uses: dict[str, list[str]] = {}  # SQL transform → the dynamic tables it checks
     for spec in nodes.values():
-        if spec.kind == "source":
-            continue
         path = spec.path.removeprefix(prefix)
         kind = f"{spec.type} {spec.kind}"
+        if spec.kind == "source":
+            predicate = getattr(spec.options, "filter", None)
+            for problem in expression_problems(predicate) if isinstance(predicate, str) and predicate else []:
+                col.add(f"{path}.filter", f"filter: {problem}", node=spec.name, node_kind=kind,
+                        hint="write the filter in Streamling's (DataFusion's) SQL")
+            continue
         assert isinstance(spec.options, FromNodeOptions)
         declared_from = spec.options.from_
         if isinstance(spec.options, DynamicTableTransformOptions) and spec.options.sql is None:

@@ -1,4 +1,9 @@
-"""Static analysis of SQL transforms with sqlglot (Spark dialect), no JVM needed.
+"""Static analysis and translation of SQL transforms with sqlglot, no JVM needed.
+
+Users write SQL as Streamling's engine (DataFusion) reads it; it is parsed with the DataFusion
+dialect (``sql_dialect``), translated to a tree whose Spark SQL gives the same rows
+(``sql_translate``), and only then handed to Spark. The helpers that run after translation
+(``pin_clock``, ``rewrite_dynamic_table_calls``) read Spark SQL.
 
 Streamling's SQL transforms are stateless: projections, filters, functions and ``UNION ALL`` over
 the upstream node names. Joins, aggregations, windows, ORDER BY and LIMIT would need state across
@@ -17,11 +22,12 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from streamling.spec.sql_dialect import DataFusion
+from streamling.spec.sql_translate import DYNAMIC_TABLE_CHECK, translate
+
 GS_OP = "_gs_op"
-DIALECT = "spark"
-
-
-DYNAMIC_TABLE_CHECK = "dynamic_table_check"
+DIALECT = DataFusion  #: how users' SQL is read
+SPARK = "spark"  #: what Spark is given
 
 
 @dataclass
@@ -37,11 +43,17 @@ def _table_name(table: exp.Table) -> str:
     return ".".join(p.name for p in table.parts)
 
 
-def _parse(sql: str) -> exp.Expression:
-    statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
+def _parse(sql: str, read: type[DataFusion] | str = DIALECT) -> exp.Expression:
+    statements = [s for s in sqlglot.parse(sql, read=read) if s is not None]
     if len(statements) != 1:
         raise ParseError(f"expected exactly one statement, found {len(statements)}")
-    return statements[0]
+    tree = statements[0]
+    for call in _dynamic_table_calls(tree):
+        first = call.expressions[0] if call.expressions else None
+        if isinstance(first, exp.Column) and not first.table and first.this.quoted:
+            # dynamic_table_check("t", v): the table's name, however it is quoted
+            first.replace(exp.Literal.string(first.name))
+    return tree
 
 
 def _cte_names(tree: exp.Expression) -> set[str]:
@@ -121,7 +133,7 @@ def analyze_sql(sql: str) -> SqlAnalysis:
                                 f"found {len(args)}")
         elif not (isinstance(args[0], exp.Literal) and args[0].is_string):
             out.problems.append(f"the first argument of {DYNAMIC_TABLE_CHECK} must be the dynamic table's name "
-                                f"as a string literal, found {args[0].sql(dialect=DIALECT)}")
+                                f"as a string literal, found {args[0].sql(dialect=SPARK)}")
         elif args[0].name not in out.dynamic_tables:
             out.dynamic_tables.append(args[0].name)
     if any(True for _ in tree.find_all(exp.AggFunc)) and not any(
@@ -130,6 +142,8 @@ def analyze_sql(sql: str) -> SqlAnalysis:
         out.problems.append(
             "aggregate functions (count, sum, …) are not supported in a stateless transform"
         )
+    _, translation_problems = translate(tree)
+    out.problems.extend(p for p in translation_problems if p not in out.problems)
     return out
 
 
@@ -163,13 +177,15 @@ def dynamic_table_sql_problems(sql: str) -> list[str]:
 
 
 def rewrite_dynamic_table_calls(sql: str, functions: Mapping[str, str]) -> str:
-    """``dynamic_table_check('t', v)`` → ``<functions['t']>(v)``: one per-epoch lookup function per table."""
-    tree = _parse(sql)
+    """``dynamic_table_check('t', v)`` → ``<functions['t']>(v)``: one per-epoch lookup function per table.
+
+    Reads and writes Spark SQL: it runs on the translated query."""
+    tree = _parse(sql, SPARK)
     for call in _dynamic_table_calls(tree):
         args = call.expressions
         if len(args) == 2 and isinstance(args[0], exp.Literal) and args[0].name in functions:
             call.replace(exp.Anonymous(this=functions[args[0].name], expressions=[args[1].copy()]))
-    return tree.sql(dialect=DIALECT)
+    return tree.sql(dialect=SPARK)
 
 
 def _output_names(select: exp.Select) -> tuple[bool, set[str]]:
@@ -203,9 +219,9 @@ def pin_clock(sql: str, epoch_time_iso: str) -> str:
 
     Spark evaluates them once per query execution; an epoch that fans out to several sinks runs
     several executions, and each would see a different "now". Pinning gives every node and sink
-    of an epoch the same value, as Streamling's per-batch evaluation does.
+    of an epoch the same value, as Streamling's per-batch evaluation does. Reads Spark SQL.
     """
-    tree = _parse(sql)
+    tree = _parse(sql, SPARK)
     stamp = exp.cast(exp.Literal.string(epoch_time_iso), exp.DataType.build("timestamp"))
     for node in list(tree.find_all(exp.CurrentTimestamp, exp.Localtimestamp, exp.CurrentDate, exp.Anonymous)):
         if isinstance(node, exp.Anonymous) and str(node.name).lower() not in _CLOCK_NAMES:
@@ -213,23 +229,29 @@ def pin_clock(sql: str, epoch_time_iso: str) -> str:
         is_date = isinstance(node, exp.CurrentDate) or (isinstance(node, exp.Anonymous)
                                                         and str(node.name).lower() in {"current_date", "curdate"})
         node.replace(exp.cast(stamp.copy(), exp.DataType.build("date")) if is_date else stamp.copy())
-    return tree.sql(dialect=DIALECT)
+    return tree.sql(dialect=SPARK)
 
 
 def uses_clock(sql: str) -> bool:
-    tree = _parse(sql)
+    """Whether translated (Spark) ``sql`` reads the clock."""
+    tree = _parse(sql, SPARK)
     return any(not isinstance(n, exp.Anonymous) or str(n.name).lower() in _CLOCK_NAMES
                for n in tree.find_all(exp.CurrentTimestamp, exp.Localtimestamp, exp.CurrentDate, exp.Anonymous))
 
 
-def rewrite_sql(sql: str, views: Mapping[str, str], carry_gs_op: bool = True) -> str:
-    """Point node references at their temp views and carry ``_gs_op`` when not selected.
+def rewrite_sql(sql: str, views: Mapping[str, str], carry_gs_op: bool = True,
+                columns: Mapping[str, str] | None = None) -> str:
+    """Translate ``sql`` to Spark SQL, point node references at their temp views and carry
+    ``_gs_op`` when not selected.
 
     ``views`` maps lower-cased node names to view names. ``_gs_op`` is appended to each
     top-level SELECT that neither selects ``*`` nor names ``_gs_op``, so upserts and deletes
-    keep flowing through projections without the user spelling the column.
+    keep flowing through projections without the user spelling the column. ``columns`` (the
+    inputs' column → Spark type) settles the type-dependent translations, e.g. integer division.
     """
-    tree = _parse(sql)
+    tree, problems = translate(_parse(sql), columns)
+    if problems:
+        raise ParseError(problems[0])
     ctes = _cte_names(tree)
     for table in list(tree.find_all(exp.Table)):
         name = _table_name(table).lower()
@@ -244,4 +266,29 @@ def rewrite_sql(sql: str, views: Mapping[str, str], carry_gs_op: bool = True) ->
             star, names = _output_names(select)
             if not star and GS_OP not in names:
                 select.select(exp.column(GS_OP), copy=False)
-    return tree.sql(dialect=DIALECT)
+    return tree.sql(dialect=SPARK)
+
+
+def _parse_expression(text: str) -> exp.Expression:
+    return sqlglot.parse_one(text, read=DIALECT)
+
+
+def expression_problems(text: str) -> list[str]:
+    """What keeps a DataFusion boolean expression (a source's ``filter``) from running on Spark."""
+    try:
+        tree = _parse_expression(text)
+    except (ParseError, sqlglot.errors.TokenError) as exc:
+        return [f"does not parse: {_parse_error_text(exc, text)}"]
+    if isinstance(tree, exp.Query):
+        return ["must be an expression over the row's columns, not a query"]
+    if tree.find(exp.AggFunc, exp.Window, exp.Subquery) is not None:
+        return ["must not aggregate, use windows or subqueries"]
+    return translate(tree)[1]
+
+
+def spark_expression(text: str, columns: Mapping[str, str] | None = None) -> str:
+    """A DataFusion expression (a source's ``filter``) as Spark SQL for ``F.expr``."""
+    tree, problems = translate(_parse_expression(text), columns)
+    if problems:
+        raise ParseError(problems[0])
+    return tree.sql(dialect=SPARK)

@@ -1,10 +1,12 @@
-"""SQL transform: Spark SQL over the upstream nodes' micro-batches, stateless only."""
+"""SQL transform: Streamling (DataFusion) SQL, translated to Spark SQL, over the upstream nodes'
+micro-batches, stateless only."""
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
 
+from streamling.functions.catalog import register_udfs
 from streamling.functions.dynamic_table import DynamicTableChecks
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Transform
 from streamling.spec.nodes import SqlTransformOptions
@@ -22,15 +24,49 @@ def view_name(scope: str, node: str) -> str:
 
 
 class UpstreamSql:
-    """A node's SQL over its upstream nodes' batches: names rewritten to per-flow temp views, and
-    ``now()`` pinned to the epoch's start. Shared by the SQL transform and a dynamic table's ``sql``."""
+    """A node's SQL over its upstream nodes' batches: translated from DataFusion's SQL to Spark's,
+    names rewritten to per-flow temp views, and ``now()`` pinned to the epoch's start. Shared by the
+    SQL transform and a dynamic table's ``sql``.
+
+    The translation is redone when the inputs' column types change: some of DataFusion's meanings
+    depend on them (``a / b`` divides integers as integers)."""
 
     def __init__(self, ctx: NodeContext, sql: str, carry_gs_op: bool) -> None:
         self.ctx = ctx
         scope = str(ctx.extras.get("scope", "p"))
         self.views = {u.lower(): view_name(scope, u) for u in ctx.spec.upstream}
-        self.sql = rewrite_sql(sql, self.views, carry_gs_op=carry_gs_op)
+        self.source = sql
+        self.carry_gs_op = carry_gs_op
+        #: a further rewrite of the translated SQL (e.g. dynamic-table lookups)
+        self.post: Callable[[str], str] | None = None
+        self.sql = self._rewrite(None)
         self.pins_clock = uses_clock(self.sql)
+        self._typed_for: tuple[tuple[str, str], ...] | None = None
+
+    def _rewrite(self, columns: dict[str, str] | None) -> str:
+        from sqlglot.errors import ParseError
+
+        try:
+            return rewrite_sql(self.source, self.views, carry_gs_op=self.carry_gs_op, columns=columns)
+        except ParseError as exc:  # validation reports these first; kept for specs built in code
+            raise self.ctx.error(f"SQL cannot run on Spark: {exc}", hint="fix the query in 'sql'",
+                                 code="sql_invalid") from exc
+
+    def _typed(self, inputs: dict[str, DataFrame]) -> str:
+        columns: dict[str, str] = {}
+        clashes: set[str] = set()
+        for df in inputs.values():
+            for f in df.schema.fields:
+                kind = f.dataType.simpleString()
+                if columns.setdefault(f.name.lower(), kind) != kind:
+                    clashes.add(f.name.lower())
+        typed = {k: v for k, v in columns.items() if k not in clashes}
+        key = tuple(sorted(typed.items()))
+        if key != self._typed_for:
+            sql = self._rewrite(typed)
+            self.sql = self.post(sql) if self.post is not None else sql
+            self._typed_for = key
+        return self.sql
 
     def run(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None,
             before: Callable[[], None] | None = None) -> DataFrame:
@@ -39,7 +75,9 @@ class UpstreamSql:
 
         for upstream, df in inputs.items():
             df.createOrReplaceTempView(self.views[upstream.lower()])
-        sql = pin_clock(self.sql, epoch.started_at_iso) if self.pins_clock and epoch is not None else self.sql
+        typed = self._typed(inputs)
+        sql = pin_clock(typed, epoch.started_at_iso) if self.pins_clock and epoch is not None else typed
+        register_udfs(spark)
         if before is not None:
             before()
         try:
@@ -58,6 +96,7 @@ class SqlTransform(Transform):
         self.checks = DynamicTableChecks(tables, self.name, ctx.extras.get("dynamic_tables"),
                                          ctx.error) if tables else None
         if self.checks is not None:
+            self.query.post = self.checks.rewrite
             self.query.sql = self.checks.rewrite(self.query.sql)
 
     def apply(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None) -> DataFrame:
