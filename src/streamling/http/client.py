@@ -18,7 +18,6 @@ import random
 import re
 import socket
 import threading
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from streamling.errors import NodeFailure, StreamlingError
 from streamling.runtime.nodes import GS_OP, NodeContext
+from streamling.runtime.retry import backoff_wait
 from streamling.spec.nodes import HttpNodeOptions
 
 if TYPE_CHECKING:
@@ -201,9 +201,13 @@ def _snippet(text: str) -> str:
 class HttpSender:
     """POSTs bodies with at most ``call.concurrency`` in flight, returning responses in order.
 
-    Transient failures (connection errors, timeouts, HTTP 5xx and 429) are retried with
-    exponential backoff and jitter (``Retry-After`` is honoured up to the backoff cap); other
-    4xx fail at once. With ``skip_on_error`` (webhook) a 5xx is logged and skipped instead.
+    Transient failures (connection errors, timeouts, HTTP 5xx and 429) are retried here, per
+    request, with exponential backoff and jitter (``Retry-After`` is honoured up to the backoff
+    cap); other 4xx fail at once. Why not leave it to the flow: re-running the epoch would POST
+    every request of it again, and the handler sends from Spark workers. The failure raised after
+    the last attempt is not retriable, so the flow never multiplies these attempts, and a stop
+    request interrupts the waits (``backoff_wait``). With ``skip_on_error`` (webhook) a 5xx is
+    logged and skipped instead.
     """
 
     def __init__(self, call: HttpCall) -> None:
@@ -269,7 +273,8 @@ class HttpSender:
             sleep = min(sleep, call.max_backoff_ms / 1000)
             log.warning("%s '%s': POST %s failed (attempt %d/%d), retrying in %.2fs: %s", call.node_kind, call.node,
                         call.safe_url, attempt, call.max_attempts, sleep, call.redact(problem))
-            time.sleep(sleep)
+            # A stop request (SIGTERM) cuts the wait short on the driver (webhook); the epoch is replayed.
+            backoff_wait(sleep, f"POST {call.safe_url}", call.node, call.node_kind)
             delay = min(delay * 2, call.max_backoff_ms / 1000)
         raise AssertionError("unreachable")
 

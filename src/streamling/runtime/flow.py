@@ -351,7 +351,11 @@ class FlowRunner:
         if fan_out:
             batch = batch.persist()
         self._raw = self._split(batch)
-        frames = evaluate(self.plan, self.flow, spark, self._raw, epoch)
+        # Transforms that reach out (a Postgres dynamic table) only classify their failures; the
+        # flow retries the evaluation with the same policy as sink writes (it is idempotent).
+        raw = self._raw
+        frames = call_with_retry(lambda: evaluate(self.plan, self.flow, spark, raw, epoch), self.settings.retry,
+                                 f"flow '{self.flow.name}' epoch {batch_id} transforms", self._retry_event)
         transforms_ms = (time.perf_counter() - started) * 1000
         if self.bus.sample_rows > 0:
             self._sample(epoch, frames)
@@ -380,14 +384,17 @@ class FlowRunner:
         if any(getattr(s, "wants_stop", lambda: False)() for s in self.sinks):
             self.request_stop("a print sink reached its num_records_before_stop")
 
-    def _write(self, sink: Sink, df: DataFrame, epoch: Epoch) -> int:
-        def on_retry(exc: BaseException, attempt: int) -> None:
-            self.bus.publish(ev.PipelineError(self.flow.name, node=sink.name, message=str(exc).splitlines()[0],
-                                              retriable=True, attempt=attempt))
+    def _retry_event(self, exc: BaseException, attempt: int) -> None:
+        """Tell subscribers (CLI, widgets) that a node's transient failure is being retried."""
+        node = exc.node if isinstance(exc, StreamlingError) else None
+        self.bus.publish(ev.PipelineError(self.flow.name, node=node, message=str(exc).splitlines()[0],
+                                          retriable=True, attempt=attempt))
 
+    def _write(self, sink: Sink, df: DataFrame, epoch: Epoch) -> int:
         try:
             return call_with_retry(lambda: sink.write(df, epoch), self.settings.retry,
-                                   f"{sink.ctx.spec.type} sink '{sink.name}' epoch {epoch.epoch_id}", on_retry)
+                                   f"{sink.ctx.spec.type} sink '{sink.name}' epoch {epoch.epoch_id}",
+                                   self._retry_event)
         except StreamlingError:
             raise
         except Exception as exc:
@@ -427,7 +434,8 @@ class FlowRunner:
                 now_ms = int(time.time() * 1000)
                 entries = {key: {**data, "epoch": batch_id, "updated_at": now_ms}
                            for key, data in source.state_entries(end).items()}
-                self.state.put_many(entries)
+                call_with_retry(functools.partial(self.state.put_many, entries), self.settings.retry,
+                                f"copying epoch {batch_id} offsets of source '{source.name}' to the state backend")
                 self._offsets[source.name] = end
         for source in self.sources:
             source_end = offsets.get(source.name)

@@ -1,5 +1,9 @@
 """Retry with exponential backoff for transient failures (refused connections, timeouts).
 
+The flow is the only place that retries (``call_with_retry``, on tenacity): nodes raise
+``StreamlingError(retriable=…)`` and never loop themselves, so one policy (``retry.*``) decides how
+many attempts an outage costs.
+
 Backoff waits listen to one process-wide stop signal: a SIGTERM (or any ``PipelineRun.request_stop``)
 must not sit behind a sink that keeps retrying an unreachable service. A wait cut short raises a
 ``StreamlingError`` with code ``stopped``: the epoch in flight is not committed and Spark replays it
@@ -54,27 +58,68 @@ def backoff_wait(delay_secs: float, what: str, node: str | None = None, node_kin
 
 def call_with_retry(fn: Callable[[], T], policy: RetrySettings, what: str,
                     on_retry: Callable[[BaseException, int], None] | None = None) -> T:
-    """Run ``fn``; on a retriable error wait and try again, up to ``policy.max_attempts``.
+    """Run ``fn``; on a retriable error wait and try again, up to ``policy.max_attempts`` in all.
 
-    A stop request ends the loop instead of the next attempt (``StreamlingError`` code ``stopped``,
-    chained to the last failure).
+    The one retry loop for external systems: sinks, state backends and dynamic tables only classify
+    their failures (``StreamlingError.retriable``), so an outage costs exactly these attempts.
+    Waits grow exponentially from ``initial_backoff_ms`` to ``max_backoff_ms`` with jitter. When the
+    attempts run out, the last error is raised with "gave up after N attempts" in its context; a
+    stop request ends the loop instead of the next attempt (``StreamlingError`` code ``stopped``,
+    naming the failing node and chained to the last failure).
     """
-    delay = policy.initial_backoff_ms / 1000
-    for attempt in range(1, policy.max_attempts + 1):
-        try:
-            return fn()
-        except Exception as exc:  # noqa: BLE001 - classified below
-            if attempt >= policy.max_attempts or not is_retriable(exc):
-                raise
-            if _stop.is_set():
-                raise stopped_error(what) from exc
-            log.warning("%s failed (attempt %d/%d), retrying in %.1fs: %s", what, attempt,
-                        policy.max_attempts, delay, str(exc).splitlines()[0] if str(exc) else exc)
-            if on_retry is not None:
-                on_retry(exc, attempt)
-            try:
-                backoff_wait(delay * (0.8 + 0.4 * random.random()), what)
-            except StreamlingError as stop:
-                raise stop from exc
-            delay = min(delay * 2, policy.max_backoff_ms / 1000)
+    import tenacity
+
+    initial = max(0.001, policy.initial_backoff_ms / 1000)
+    cap = max(initial, policy.max_backoff_ms / 1000)
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        base = min(cap, initial * 2 ** (state.attempt_number - 1))
+        return float(base * (0.8 + 0.4 * random.random()))
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        assert exc is not None
+        delay = state.upcoming_sleep
+        if _stop.is_set():
+            raise _stop_from(exc, what)
+        log.warning("%s failed (attempt %d/%d), retrying in %.1fs: %s", what, state.attempt_number,
+                    policy.max_attempts, delay, str(exc).splitlines()[0] if str(exc) else exc)
+        if on_retry is not None:
+            on_retry(exc, state.attempt_number)
+
+    def sleep(delay: float) -> None:
+        if _stop.wait(max(0.0, delay)):
+            raise _Interrupted
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(policy.max_attempts), wait=wait, sleep=sleep,
+        retry=tenacity.retry_if_exception(is_retriable), before_sleep=before_sleep, reraise=True)
+    last: list[BaseException] = []
+    try:
+        for attempt in retrying:
+            with attempt:
+                try:
+                    return fn()
+                except BaseException as exc:
+                    last[:] = [exc]
+                    raise
+    except _Interrupted:
+        raise _stop_from(last[0], what) from last[0]
+    except StreamlingError as exc:
+        if exc.retriable and exc.code != STOPPED and policy.max_attempts > 1:
+            exc.add_context(f"{what} (gave up after {policy.max_attempts} attempts)")
+        raise
     raise AssertionError("unreachable")
+
+
+class _Interrupted(Exception):
+    """A backoff wait cut short by a stop request (turned into ``stopped`` above)."""
+
+
+def _stop_from(exc: BaseException, what: str) -> StreamlingError:
+    """``stopped``, on the node whose failure was being retried."""
+    node = exc.node if isinstance(exc, StreamlingError) else None
+    kind = exc.node_kind if isinstance(exc, StreamlingError) else None
+    stop = stopped_error(what, node, kind)
+    stop.__cause__ = exc
+    return stop

@@ -5,20 +5,22 @@ Semantics follow Streamling's sink: the schema and table are created from the in
 (``i``, ``u`` or a null op) is ``INSERT … ON CONFLICT (pk) DO UPDATE`` (or ``DO NOTHING``), with
 ``update_where`` conditions ANDed as ``EXCLUDED.col op t.col``; without a key rows are plain inserts.
 
-Why this shape: a batch is collected once as Arrow on the driver, the last row per key is kept (so
-deletes and upserts touch disjoint keys), then the rows go through one ``COPY`` (CSV written by
+Why this shape: a batch is collected once as Arrow on the driver, the last row per key is kept (the
+first with ``on_conflict: nothing``, as Streamling does), then the rows go through one ``COPY`` (CSV written by
 Arrow's C++ writer) into a temporary staging table followed by one ``DELETE … USING`` and one
 ``INSERT … SELECT … ON CONFLICT``, all in a single transaction. That is far faster than row-wise
 statements and makes a replayed epoch converge to the same table. Keyless tables record the last
 written epoch in ``<schema>._streamling_sink_epochs`` inside the same transaction, so a replay does
 not insert twice.
+
+Failures are classified (``streamling.postgres.is_transient``), never retried here: the flow owns
+the retry policy, so an outage costs exactly its attempts.
 """
 
 from __future__ import annotations
 
 import io
 import logging
-import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +28,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
-from streamling.runtime.retry import backoff_wait, stop_requested, stopped_error
 from streamling.spec.nodes import PostgresSinkOptions
 from streamling.spec.types import from_spark
 
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
+    from streamling.postgres import PostgresPool
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -43,16 +46,7 @@ NODE_KIND = "postgres sink"
 DELETE_COL = "_stl_del"
 ROUND_COL = "_stl_round"
 EPOCHS_TABLE = "_streamling_sink_epochs"
-
-# SQLSTATE classes/codes worth retrying: connection exceptions, insufficient resources, operator
-# intervention (admin shutdown, cannot connect now, statement timeout), serialization failures,
-# deadlocks, lock timeouts and a read-only transaction after a failover.
-_RETRIABLE_CLASSES = ("08", "53", "57")
-_RETRIABLE_CODES = {"40001", "40P01", "55P03", "25006"}
-# Connection failures without a SQLSTATE that retrying cannot fix.
-_FATAL_CONNECT_TEXT = ("authentication failed", "does not exist", "pg_hba.conf", "permission denied",
-                       "does not support ssl", "invalid sslmode", "invalid connection option",
-                       "certificate", "invalid port", "invalid integer value")
+STAGES_ATTR = "_stl_stages"  # temp tables created on a connection (they live as long as it does)
 
 
 # --- Spark → Postgres types ----------------------------------------------------------------------
@@ -170,10 +164,9 @@ class PostgresSink(Sink):
         self.conn_settings = ctx.settings.postgres_connection_for(ctx.name)
         self.target = f"{self.conn_settings.host}:{self.conn_settings.port}/{self.conn_settings.db}"
         self.qualified = f'"{self.opts.schema_}"."{self.opts.table}"'
-        self._conn: psycopg.Connection[Any] | None = None
+        self._pool: PostgresPool | None = None
         self._verified: tuple[tuple[str, str], ...] | None = None  # column set checked against table
         self._statements: dict[tuple[str, ...], _Statements] = {}
-        self._stages_ready: set[str] = set()  # temp tables existing on the current connection
         self._warned_keyless_delete = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -188,12 +181,9 @@ class PostgresSink(Sink):
         log.info("postgres sink '%s' writes to %s on %s", self.name, self.qualified, self.target)
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
-                self._stages_ready.clear()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -262,7 +252,8 @@ class PostgresSink(Sink):
         return mask.combine_chunks(), table.drop_columns([GS_OP])
 
     def _shape(self, table: pa.Table, deletes: pa.Array, names: list[str]) -> tuple[bytes, dict[str, int]]:
-        """Dedup (last row per key wins, order kept), assign rounds, and render the COPY payload.
+        """Dedup (last row per key wins, order kept; the first with ``on_conflict: nothing``), assign
+        rounds, and render the COPY payload.
 
         With ``deduplicate: false`` a key can appear several times; its rows are then applied in
         order, one *round* per occurrence, so the result matches row-by-row application.
@@ -281,7 +272,11 @@ class PostgresSink(Sink):
             keyed = pa.table([table.column(k) for k in self.key] + [idx], names=[*self.key, "__i"])
             last = keyed.group_by(self.key, use_threads=False).aggregate([("__i", "max")])
             if last.num_rows != n:
-                if self.opts.deduplicate:
+                if self.opts.deduplicate and self.opts.on_conflict == "nothing":
+                    take, rounds = self._first_wins(table, deletes)
+                    table, deletes = table.take(pa.array(take)), pc.take(deletes, pa.array(take))
+                    n = table.num_rows
+                elif self.opts.deduplicate:
                     keep = pc.sort_indices(last.column("__i_max"))
                     take = pc.take(last.column("__i_max"), keep)
                     table, deletes = table.take(take), pc.take(deletes, take)
@@ -312,10 +307,31 @@ class PostgresSink(Sink):
         stats = {"upserts": table.num_rows - n_del, "deletes": n_del, "rounds": n_rounds, "plain": int(plain)}
         return buf.getvalue(), stats
 
+    def _first_wins(self, table: pa.Table, deletes: pa.Array) -> tuple[Any, Any]:
+        """Rows to keep and their rounds under ``on_conflict: nothing``: the first row of a key in the
+        epoch wins (later versions would hit ``DO NOTHING`` row by row). A delete resets the key, so
+        per key at most its last delete (round 0) and the first upsert after it (round 1) remain."""
+        import numpy as np
+
+        flags = deletes.to_pylist()
+        chosen: dict[tuple[Any, ...], list[int]] = {}
+        keys = zip(*(table.column(k).to_pylist() for k in self.key), strict=True)
+        for i, key in enumerate(keys):
+            kept = chosen.get(key)
+            if flags[i] or kept is None:
+                chosen[key] = [i]
+            elif len(kept) == 1 and flags[kept[0]]:
+                kept.append(i)
+        pairs = sorted((i, r) for kept in chosen.values() for r, i in enumerate(kept))
+        take = np.fromiter((i for i, _ in pairs), dtype=np.int64, count=len(pairs))
+        rounds = np.fromiter((r for _, r in pairs), dtype=np.int32, count=len(pairs))
+        return take, rounds
+
     def _write_batch(self, conn: psycopg.Connection[Any], columns: list[_Column], payload: bytes,
                      stats: dict[str, int], epoch: Epoch) -> None:
         self._ensure_table(conn, columns)
         st = self._statements_for(conn, [c.name for c in columns])
+        stages: set[str] = getattr(conn, STAGES_ATTR, set())
         with conn.cursor() as cur:
             if not self.key:
                 if self._already_written(cur, epoch):
@@ -327,14 +343,14 @@ class PostgresSink(Sink):
                 self._mark_written(cur, epoch)
             elif stats.get("plain"):
                 stage = st.plain
-                if stage not in self._stages_ready:
+                if stage not in stages:
                     cur.execute(st.create_plain)
                 with cur.copy(st.copy_plain) as copy:
                     copy.write(payload)
                 cur.execute(st.insert_plain)
             else:
                 stage = st.stage
-                if stage not in self._stages_ready:
+                if stage not in stages:
                     cur.execute(st.create_stage)
                 with cur.copy(st.copy_stage) as copy:
                     copy.write(payload)
@@ -345,7 +361,8 @@ class PostgresSink(Sink):
                         cur.execute(st.insert, (r,))
         conn.commit()
         if self.key:
-            self._stages_ready.add(stage)
+            stages.add(stage)
+            setattr(conn, STAGES_ATTR, stages)
 
     # -- table and statements ----------------------------------------------------------------------
 
@@ -502,106 +519,46 @@ class PostgresSink(Sink):
         ).format(sql.Identifier(self.opts.schema_, EPOCHS_TABLE)),
             (epoch.sink_token, self.name, self.opts.table, epoch.epoch_id))
 
-    # -- connection, retries and errors --------------------------------------------------------------
+    # -- connection and errors ----------------------------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        if self._conn is not None and not self._conn.closed:
-            return self._conn
-        import psycopg
+    def _connections(self) -> PostgresPool:
+        if self._pool is None:
+            from streamling.postgres import PoolSettings, PostgresPool
 
-        timeout_ms = max(0, self.conn_settings.statement_timeout_secs) * 1000
-        self._stages_ready.clear()
-        self._conn = psycopg.connect(
-            self.conn_settings.conninfo(),
-            connect_timeout=max(1, min(30, self.conn_settings.pool_acquire_timeout_secs)),
-            application_name=f"streamling:{self.name}"[:63],
-            options=f"-c statement_timeout={timeout_ms} -c TimeZone=UTC",
-        )
-        return self._conn
-
-    def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        self._stages_ready.clear()
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - the connection is being discarded anyway
-                pass
+            self._pool = PostgresPool(
+                self.conn_settings.conninfo(), target=self.target, describe=f"{NODE_KIND} '{self.name}'",
+                application_name=f"streamling:{self.name}", settings=PoolSettings.from_sink(self.conn_settings))
+        return self._pool
 
     def _run(self, what: str, action: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run ``action`` on a live connection; retry transient failures with exponential backoff."""
+        """Run ``action`` on a pooled connection. Failures are classified, never retried here: the
+        flow retries transient ones with its policy (one connection attempt per flow attempt)."""
         import psycopg
 
-        retry = self.ctx.settings.retry
-        delay_ms = float(max(1, retry.initial_backoff_ms))
-        last: psycopg.Error | None = None
-        for attempt in range(1, retry.max_attempts + 1):
-            try:
-                return action(self._connect())
-            except psycopg.Error as exc:
-                if not self._retriable(exc):
-                    self._rollback_quietly()
-                    raise self._database_error(exc, what) from exc
-                last = exc
-                self._drop_connection()
-                if attempt == retry.max_attempts:
-                    break
-                sleep_ms = min(delay_ms, float(retry.max_backoff_ms)) * random.uniform(0.8, 1.0)
-                if stop_requested():
-                    raise stopped_error(f"{what} on {self.target}", self.name, NODE_KIND) from exc
-                log.warning("postgres sink '%s': %s on %s failed (attempt %d/%d): %s; retrying in %.0f ms",
-                            self.name, what, self.target, attempt, retry.max_attempts,
-                            self._mask(_first_line(exc)), sleep_ms)
-                # A stop request (SIGTERM) ends the wait at once: the epoch stays uncommitted.
-                backoff_wait(sleep_ms / 1000, f"{what} on {self.target}", self.name, NODE_KIND)
-                delay_ms *= 2
-            except StreamlingError:
-                self._rollback_quietly()
-                raise
-        assert last is not None
-        raise self._error(
-            f"cannot write to Postgres at {self.target} ({what}) after {retry.max_attempts} attempts: "
-            f"{self._mask(_first_line(last))}",
-            retriable=True, code="postgres_unavailable",
-            hint=f"check that Postgres is running and reachable at {self.target} (postgres_sink host/port/db "
-                 f"or STREAMLING__POSTGRES_SINK_CONNECTIONS__… for this sink); the epoch is replayed on restart",
-        ) from last
-
-    @staticmethod
-    def _retriable(exc: BaseException) -> bool:
-        import psycopg
-
-        state = getattr(exc, "sqlstate", None)
-        if state:
-            return state[:2] in _RETRIABLE_CLASSES or state in _RETRIABLE_CODES
-        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-            text = str(exc).lower()
-            return not any(marker in text for marker in _FATAL_CONNECT_TEXT)
-        return False
+        try:
+            with self._connections().connection() as conn:
+                return action(conn)
+        except psycopg.Error as exc:
+            raise self._database_error(exc, what) from exc
 
     def _database_error(self, exc: BaseException, what: str) -> StreamlingError:
-        state = getattr(exc, "sqlstate", None)
-        prefix = f"SQLSTATE {state}: " if state else ""
-        return self._error(
-            f"Postgres at {self.target} rejected {what} on {self.qualified}: {prefix}{self._mask(_first_line(exc))}",
-            code="postgres_error", hint="fix the table or the data (this error is not retried)")
+        from streamling.postgres import first_line, is_transient, sqlstate_prefix
 
-    def _rollback_quietly(self) -> None:
-        if self._conn is None:
-            return
-        try:
-            self._conn.rollback()
-        except Exception:  # noqa: BLE001 - a broken connection is replaced on the next attempt
-            self._drop_connection()
+        detail = self._mask(first_line(exc))
+        if is_transient(exc):
+            return self._error(
+                f"cannot write to Postgres at {self.target} ({what}): {sqlstate_prefix(exc)}{detail}",
+                retriable=True, code="postgres_unavailable",
+                hint=f"check that Postgres is running and reachable at {self.target} (postgres_sink host/port/db "
+                     f"or STREAMLING__POSTGRES_SINK_CONNECTIONS__… for this sink); the epoch is replayed on restart")
+        return self._error(
+            f"Postgres at {self.target} rejected {what} on {self.qualified}: {sqlstate_prefix(exc)}{detail}",
+            code="postgres_error", hint="fix the table or the data (this error is not retried)")
 
     def _error(self, message: str, **kwargs: Any) -> StreamlingError:
         return StreamlingError(message, node=self.name, node_kind=NODE_KIND, **kwargs)
 
     def _mask(self, text: str) -> str:
-        password = self.conn_settings.pass_
-        return text.replace(password, "***") if password else text
+        from streamling.postgres import mask
 
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+        return mask(text, [self.conn_settings.pass_])

@@ -39,9 +39,15 @@ def create_state_backend(settings: Settings, namespace: str | None = None) -> St
     if kind == "sqlite":
         return SqliteStateBackend(cfg.sqlite.database_path, ns)
     if kind == "postgres":
+        from streamling.postgres import PoolSettings
+        from streamling.runtime.retry import call_with_retry
         from streamling.state.postgres import PostgresStateBackend
 
-        return PostgresStateBackend(cfg.postgres, ns, retry=settings.retry)
+        # Pool keys and the statement bound are postgres_sink's: one place configures Postgres clients.
+        # The backend only classifies; opening it follows the same retry policy as the flows.
+        pool = PoolSettings.from_sink(settings.postgres_sink)
+        return call_with_retry(lambda: PostgresStateBackend(cfg.postgres, ns, pool=pool), settings.retry,
+                               f"opening the Postgres state backend at {cfg.postgres.host}:{cfg.postgres.port}")
     raise StreamlingError(f"unknown state backend {cfg.backend_type!r}", code="config_invalid",
                           hint="set state_backend.backend_type to InMemory, Sqlite or Postgres")
 

@@ -1,21 +1,24 @@
 """``Postgres`` state: a table shared by every process of an application (clusters, restarts on
-another machine). Values are JSONB so operators can inspect positions with plain SQL."""
+another machine). Values are JSONB so operators can inspect positions with plain SQL.
+
+Connections come from a ``streamling.postgres`` pool; failures are classified (transient or not)
+and raised, never retried here: the flow retries with its one policy."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from streamling.errors import StreamlingError
+from streamling.postgres import PoolSettings, PostgresPool, first_line, is_transient, mask, sqlstate_prefix
 from streamling.state.base import encode
 
 if TYPE_CHECKING:
     import psycopg
 
-    from streamling.config.settings import PostgresStateSettings, RetrySettings
+    from streamling.config.settings import PostgresStateSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -24,18 +27,22 @@ T = TypeVar("T")
 class PostgresStateBackend:
     """Keys in ``<state_schema_name>.<state_table_name>``, created on first use."""
 
-    def __init__(self, settings: PostgresStateSettings, namespace: str,
-                 retry: RetrySettings | None = None) -> None:
+    def __init__(self, settings: PostgresStateSettings, namespace: str, pool: PoolSettings | None = None) -> None:
         from psycopg import sql
 
         self.namespace = namespace
         self.settings = settings
         self.target = f"{settings.host}:{settings.port}/{settings.db}"
-        self._max_attempts = retry.max_attempts if retry else 3
-        self._backoff_ms = float(retry.initial_backoff_ms if retry else 200)
-        self._max_backoff_ms = float(retry.max_backoff_ms if retry else 2000)
-        self._lock = threading.RLock()
-        self._conn: psycopg.Connection[Any] | None = None
+        self._ready = False
+        self._ready_lock = threading.Lock()
+        pool = pool or PoolSettings()
+        self._pool = PostgresPool(
+            _conninfo(settings), target=self.target, describe="state backend", application_name="streamling:state",
+            settings=PoolSettings(acquire_timeout_secs=pool.acquire_timeout_secs,
+                                  idle_timeout_secs=pool.idle_timeout_secs, max_lifetime_secs=pool.max_lifetime_secs,
+                                  statement_timeout_secs=pool.statement_timeout_secs,
+                                  max_size=max(1, settings.max_connections)),
+            autocommit=True)
         table = sql.Identifier(settings.state_schema_name, settings.state_table_name)
         self._create = [
             sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(settings.state_schema_name)),
@@ -49,7 +56,11 @@ class PostgresStateBackend:
         self._delete = sql.SQL("DELETE FROM {} WHERE namespace = %s AND key = %s").format(table)
         self._list = sql.SQL("SELECT key, data FROM {} WHERE namespace = %s AND left(key, %s) = %s "
                              "ORDER BY key").format(table)
-        self._run("creating the state table", lambda conn: None)
+        try:
+            self._run("creating the state table", lambda conn: None)
+        except BaseException:
+            self._pool.close()
+            raise
 
     # -- the contract ------------------------------------------------------------------------------
 
@@ -80,65 +91,40 @@ class PostgresStateBackend:
         return {key: dict(data) for key, data in found}
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self._pool.close()
 
-    # -- connection and retries ----------------------------------------------------------------------
-
-    def _connect(self) -> psycopg.Connection[Any]:
-        if self._conn is not None and not self._conn.closed:
-            return self._conn
-        import psycopg
-
-        s = self.settings
-        conn = psycopg.connect(host=s.host, port=s.port, dbname=s.db, user=s.user, password=s.password or None,
-                               sslmode=s.sslmode, connect_timeout=10, autocommit=True,
-                               application_name="streamling:state")
-        for statement in self._create:
-            conn.execute(statement)
-        self._conn = conn
-        return conn
+    # -- connection and errors -----------------------------------------------------------------------
 
     def _run(self, what: str, action: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run ``action``; a dropped connection or refused connect is retried with backoff."""
+        """Run ``action`` on a pooled connection (the table is created on first use); failures are
+        raised as ``StreamlingError`` with ``retriable`` set by ``is_transient``."""
         import psycopg
 
-        delay = self._backoff_ms
-        for attempt in range(1, self._max_attempts + 1):
-            with self._lock:
-                try:
-                    return action(self._connect())
-                except psycopg.OperationalError as exc:
-                    retriable = _retriable(exc)
-                    if self._conn is not None and self._conn.closed:
-                        self._conn = None
-                    if not retriable or attempt == self._max_attempts:
-                        raise StreamlingError(
-                            f"state backend at {self.target} failed while {what}: {_first_line(exc)}",
-                            retriable=retriable, code="state_backend_unavailable",
-                            hint="check state_backend.postgres (host, port, db, user, sslmode) and that "
-                                 "Postgres is running") from exc
-                except psycopg.Error as exc:
-                    raise StreamlingError(
-                        f"state backend at {self.target} rejected {what}: "
-                        f"{'SQLSTATE ' + exc.sqlstate + ': ' if exc.sqlstate else ''}{_first_line(exc)}",
-                        code="state_backend_error") from exc
-            sleep = min(delay, self._max_backoff_ms) / 1000
-            log.warning("state backend at %s: %s failed (attempt %d/%d); retrying in %.2fs", self.target, what,
-                        attempt, self._max_attempts, sleep)
-            time.sleep(sleep)
-            delay *= 2
-        raise AssertionError("unreachable")
+        try:
+            with self._pool.connection() as conn:
+                if not self._ready:
+                    with self._ready_lock:
+                        for statement in self._create:
+                            conn.execute(statement)
+                        self._ready = True
+                return action(conn)
+        except psycopg.Error as exc:
+            detail = mask(first_line(exc), [self.settings.password])
+            if is_transient(exc):
+                raise StreamlingError(
+                    f"state backend at {self.target} failed while {what}: {sqlstate_prefix(exc)}{detail}",
+                    retriable=True, code="state_backend_unavailable",
+                    hint="check that Postgres is running and reachable (state_backend.postgres host, port, db, "
+                         "sslmode)") from exc
+            raise StreamlingError(
+                f"state backend at {self.target} rejected {what}: {sqlstate_prefix(exc)}{detail}",
+                code="state_backend_error",
+                hint="check state_backend.postgres (user, password, db, sslmode) and the table's permissions") from exc
 
 
-def _retriable(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return not any(marker in text for marker in ("authentication failed", "does not exist", "pg_hba.conf",
-                                                 "does not support ssl", "certificate", "permission denied"))
+def _conninfo(s: PostgresStateSettings) -> str:
+    """libpq keywords for the state database (the password never lands in a log line)."""
+    from psycopg.conninfo import make_conninfo
 
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+    return make_conninfo(host=s.host, port=s.port, dbname=s.db, user=s.user, password=s.password or None,
+                         sslmode=s.sslmode)

@@ -19,14 +19,18 @@ Backends:
   reads its values once; with ``cache`` the set stays in memory and only rows whose time column is
   newer than the last one seen are read, at most every ``cache_refresh_debounce_ms`` (direct
   deletes are then not seen until a restart). Writers serialise on an advisory lock when cached,
-  so the time column grows in commit order.
+  so the time column grows in commit order. ``dynamic_table_backend.postgres.cache_enabled`` leaves
+  an existing table without the time column uncached (as Streamling does); a node's own
+  ``cache: true`` on such a table is an error.
+
+Postgres failures are classified (``streamling.postgres.is_transient``) and raised, never retried
+here: the flow retries the epoch's transforms with its one policy.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -41,7 +45,8 @@ if TYPE_CHECKING:
     import psycopg
     from pyspark.sql import DataFrame, SparkSession
 
-    from streamling.config.settings import PostgresConnection, RetrySettings
+    from streamling.config.settings import PostgresConnection
+    from streamling.postgres import PoolSettings, PostgresPool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,15 +94,15 @@ def index_name(table: str, time_column: str) -> str:
 
 
 class PostgresDynamicTable:
-    """A dynamic table in Postgres: one connection, created lazily, retried on transient failures.
+    """A dynamic table in Postgres on a pooled connection; the table is prepared on first use.
 
     ``stats`` counts the statements sent (``reads``: lookups of members, ``writes``: batches of
     inserted values), so a test or a benchmark can check that lookups are one per epoch.
     """
 
     def __init__(self, node: str, connection: PostgresConnection, schema: str, table: str, column: str,
-                 time_column: str, *, cache: bool, debounce_ms: int, max_batch_size: int,
-                 statement_timeout_secs: int, retry: RetrySettings) -> None:
+                 time_column: str, *, cache: bool | None, cache_default: bool = False, debounce_ms: int,
+                 max_batch_size: int, pool: PoolSettings) -> None:
         from psycopg import sql
 
         if not IDENTIFIER.match(schema):
@@ -110,14 +115,14 @@ class PostgresDynamicTable:
         self.schema, self.table, self.column, self.time_column = schema, table, column, time_column
         self.qualified = f"{schema}.{table}"
         self.target = f"{connection.host}:{connection.port}"
-        self.cache_enabled = cache
+        self.cache_explicit = cache is not None  # the node asked; the backend default may yield
+        self.cache_enabled = cache if cache is not None else cache_default
         self.debounce_ms = debounce_ms
         self.max_batch_size = max_batch_size
-        self.statement_timeout_ms = max(0, statement_timeout_secs) * 1000
-        self.retry = retry
+        self.pool_settings = pool
         self.stats = {"reads": 0, "writes": 0}
         self._lock = threading.RLock()
-        self._conn: psycopg.Connection[Any] | None = None
+        self._pool: PostgresPool | None = None
         self._has_time_column = True
         self._ready = False
         self._snapshot: tuple[tuple[str, int, float], frozenset[str]] | None = None
@@ -211,9 +216,9 @@ class PostgresDynamicTable:
 
     def close(self) -> None:
         with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     # -- set-up, connection and errors -------------------------------------------------------------
 
@@ -241,6 +246,11 @@ class PostgresDynamicTable:
                               f"(columns: {', '.join(sorted(found))})",
                               hint="set 'column' to the column holding the values, or use another table")
         self._has_time_column = self.time_column in found
+        if self.cache_enabled and not self._has_time_column and not self.cache_explicit:
+            log.info("dynamic_table '%s': %s has no time column '%s', so it stays uncached (read every epoch) "
+                     "although dynamic_table_backend.postgres.cache_enabled is on", self.node, self.qualified,
+                     self.time_column)
+            self.cache_enabled = False
         if self.cache_enabled:
             if not self._has_time_column:
                 raise self._error(f"cache is on but table {self.qualified} has no time column '{self.time_column}'",
@@ -253,69 +263,45 @@ class PostgresDynamicTable:
                                   f"({found[self.time_column]}) cannot be compared with timestamps: {_first_line(exc)}",
                                   hint="use a timestamptz column as 'time_column', or turn 'cache' off") from exc
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        if self._conn is not None and not self._conn.closed:
-            return self._conn
-        import psycopg
+    def _connections(self) -> PostgresPool:
+        if self._pool is None:
+            from streamling.postgres import PostgresPool
 
-        conn = psycopg.connect(self.connection.conninfo(), connect_timeout=10, autocommit=True,
-                               application_name=f"streamling:dt:{self.node}"[:63],
-                               options=f"-c statement_timeout={self.statement_timeout_ms} -c TimeZone=UTC")
-        try:
-            if not self._ready:
-                self._prepare(conn)
-                self._ready = True
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
-        return conn
+            self._pool = PostgresPool(self.connection.conninfo(), target=self.target,
+                                      describe=f"dynamic_table '{self.node}'",
+                                      application_name=f"streamling:dt:{self.node}", settings=self.pool_settings,
+                                      autocommit=True)
+        return self._pool
 
     def _run(self, what: str, action: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run ``action`` on a live connection; transient failures are retried with backoff."""
+        """Run ``action`` on a pooled connection, preparing the table first when needed. Failures are
+        classified and raised; a table dropped while we ran is created again, once."""
         import psycopg
 
-        from streamling.sinks.postgres import PostgresSink
+        from streamling.postgres import is_transient
 
-        delay_ms = float(max(1, self.retry.initial_backoff_ms))
         recreated = False
         with self._lock:
-            for attempt in range(1, self.retry.max_attempts + 1):
+            while True:
                 try:
-                    return action(self._connect())
+                    with self._connections().connection() as conn:
+                        if not self._ready:
+                            self._prepare(conn)
+                            self._ready = True
+                        return action(conn)
                 except psycopg.Error as exc:
-                    if getattr(exc, "sqlstate", None) == "42P01" and self._ready and not recreated:
-                        recreated = True  # the table was dropped while we ran: create it again, once
+                    if exc.sqlstate == "42P01" and self._ready and not recreated:
+                        recreated = True
                         self._ready = False
-                        self._drop()
                         continue
-                    transient = PostgresSink._retriable(exc)
-                    self._drop()
-                    if not transient or attempt == self.retry.max_attempts:
-                        raise self._database_error(exc, what, transient, attempt) from exc
-                    sleep_ms = min(delay_ms, float(self.retry.max_backoff_ms)) * random.uniform(0.8, 1.0)
-                    log.warning("dynamic_table '%s': %s on %s failed (attempt %d/%d): %s; retrying in %.0f ms",
-                                self.node, what, self.target, attempt, self.retry.max_attempts, _first_line(exc),
-                                sleep_ms)
-                    time.sleep(sleep_ms / 1000)
-                    delay_ms *= 2
-        raise AssertionError("unreachable")
+                    raise self._database_error(exc, what, is_transient(exc)) from exc
 
-    def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - the connection is discarded anyway
-                pass
-
-    def _database_error(self, exc: BaseException, what: str, transient: bool, attempts: int) -> StreamlingError:
+    def _database_error(self, exc: BaseException, what: str, transient: bool) -> StreamlingError:
         import psycopg
 
         state = getattr(exc, "sqlstate", None)
         if isinstance(exc, psycopg.OperationalError) and not state:
-            after = f" after {attempts} attempts" if attempts > 1 else ""
-            return self._error(f"cannot reach Postgres at {self.target}{after}: {_first_line(exc)}",
+            return self._error(f"cannot reach Postgres at {self.target}: {self._mask(_first_line(exc))}",
                                retriable=transient, code="dynamic_table_unavailable",
                                hint="check dynamic_table_backend.postgres.* (host, port, user, password, db, sslmode; "
                                     "keys left unset use postgres_sink.*) and that Postgres is running")
@@ -323,8 +309,14 @@ class PostgresDynamicTable:
         if state == "42P10":
             hint = f"the ON CONFLICT insert needs a PRIMARY KEY or UNIQUE constraint on '{self.column}'"
         return self._error(f"Postgres at {self.target} rejected {what} on {self.qualified}: "
-                           f"{'SQLSTATE ' + state + ': ' if state else ''}{_first_line(exc)}",
-                           code="dynamic_table_error", hint=hint)
+                           f"{'SQLSTATE ' + state + ': ' if state else ''}{self._mask(_first_line(exc))}",
+                           retriable=transient, hint="retried by the flow" if transient else hint,
+                           code="dynamic_table_unavailable" if transient else "dynamic_table_error")
+
+    def _mask(self, text: str) -> str:
+        from streamling.postgres import mask
+
+        return mask(text, [self.connection.pass_])
 
     def _error(self, message: str, **kwargs: Any) -> StreamlingError:
         return StreamlingError(message, node=self.node, node_kind="dynamic_table transform", **kwargs)
@@ -336,16 +328,18 @@ def open_backend(ctx: NodeContext) -> InMemoryDynamicTable | PostgresDynamicTabl
     assert isinstance(opts, DynamicTableTransformOptions)
     if opts.backend_type == "InMemory":
         return InMemoryDynamicTable(opts.backend_entity_name)
+    from streamling.postgres import PoolSettings
+
     settings = ctx.settings
     pg = settings.dynamic_table_backend.postgres
     return PostgresDynamicTable(
         ctx.name, settings.dynamic_table_connection(), opts.schema_ or pg.dt_schema_name, opts.backend_entity_name,
-        opts.column, opts.time_column,
-        cache=pg.cache_enabled if opts.cache is None else opts.cache,
+        opts.column, opts.time_column, cache=opts.cache, cache_default=pg.cache_enabled,
         debounce_ms=pg.cache_refresh_debounce_ms if opts.cache_refresh_debounce_ms is None
         else opts.cache_refresh_debounce_ms,
         max_batch_size=settings.dynamic_table_backend.max_batch_size,
-        statement_timeout_secs=pg.statement_timeout_secs, retry=settings.retry)
+        pool=PoolSettings.from_sink(settings.postgres_sink, statement_timeout_secs=pg.statement_timeout_secs,
+                                    max_size=pg.max_connections or 1))
 
 
 class DynamicTableTransform(Transform):
@@ -411,5 +405,6 @@ def _distinct_text(chunks: Iterable[Any]) -> list[str]:
 
 
 def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+    from streamling.postgres import first_line  # psycopg is imported only where Postgres is used
+
+    return first_line(exc)

@@ -14,9 +14,12 @@ import yaml
 from harness import Runner
 
 from streamling.config import load_settings
+from streamling.config.settings import RetrySettings
 from streamling.errors import StreamlingError
+from streamling.postgres import connect_attempts
 from streamling.runtime import events as ev
 from streamling.runtime.nodes import Epoch, NodeContext
+from streamling.runtime.retry import call_with_retry
 from streamling.sources.generate import generate_batch
 from streamling.spec import parse_pipeline
 from streamling.transforms.dynamic_table import PostgresDynamicTable, open_backend
@@ -214,10 +217,35 @@ def test_non_orderable_time_column_fails_fast_with_cache(tables: Tables, pg: Any
 
 
 def test_unreachable_postgres_names_the_node_and_the_settings(tables: Tables) -> None:
-    backend = tables.open(overrides={"dynamic_table_backend": {"postgres": {"port": 1}},
-                                     "retry": {"max_attempts": 2, "initial_backoff_ms": 1}})
+    """The backend only classifies: one connection attempt per flow attempt, the flow's policy decides."""
+    backend = tables.open(overrides={"dynamic_table_backend": {"postgres": {"port": 1}}})
+    before = connect_attempts("127.0.0.1:1")
     with pytest.raises(StreamlingError) as info:
-        backend.members(tables.next_epoch())
+        call_with_retry(lambda: backend.members(tables.next_epoch()), RetrySettings(max_attempts=2, initial_backoff_ms=1),
+                        "checking the watch list")
     text = info.value.headline()
-    assert text.startswith("dynamic_table transform 'watch': cannot reach Postgres at 127.0.0.1:1 after 2 attempts")
+    assert text.startswith("dynamic_table transform 'watch': cannot reach Postgres at 127.0.0.1:1: ")
     assert "check dynamic_table_backend.postgres.*" in text and info.value.retriable
+    assert "gave up after 2 attempts" in str(info.value)
+    assert connect_attempts("127.0.0.1:1") - before == 2
+
+
+def test_cache_enabled_in_config_leaves_a_table_without_time_column_uncached(tables: Tables, pg: Any) -> None:
+    pg.execute(f'CREATE SCHEMA "{tables.schema}"')
+    pg.execute(f'CREATE TABLE "{tables.schema}".watch (value TEXT PRIMARY KEY)')  # no updated_at
+    backend = tables.open(overrides={"dynamic_table_backend": {"postgres": {"cache_enabled": True}}})
+    backend.add(["a"])
+    assert backend.members(tables.next_epoch()) == {"a"}
+    assert not backend.cache_enabled
+    pg.execute(f'DELETE FROM "{tables.schema}".watch WHERE value = %s', ("a",))
+    pg.execute(f'INSERT INTO "{tables.schema}".watch (value) VALUES (%s)', ("b",))
+    assert backend.members(tables.next_epoch()) == {"b"}  # uncached: direct deletes are seen at once
+    with_time = Tables(tables.environ, tables.schema + "_t")
+    try:
+        cached = with_time.open(overrides={"dynamic_table_backend": {"postgres": {"cache_enabled": True}}})
+        cached.add(["x"])
+        assert cached.members(with_time.next_epoch()) == {"x"} and cached.cache_enabled
+    finally:
+        for opened in with_time.opened:
+            opened.close()
+        pg.execute(f'DROP SCHEMA IF EXISTS "{tables.schema}_t" CASCADE')

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import logging
+import os
+import signal
 import socket
 import time
 from collections.abc import Iterator, Mapping
@@ -13,7 +16,10 @@ import pytest
 import yaml
 
 from streamling.config import load_settings
+from streamling.config.settings import RetrySettings
 from streamling.errors import StreamlingError
+from streamling.postgres import connect_attempts
+from streamling.runtime.retry import call_with_retry
 from streamling.runtime.nodes import Epoch, NodeContext
 from streamling.sinks.postgres import PostgresSink, compatible
 from streamling.spec import parse_pipeline
@@ -149,6 +155,18 @@ def test_on_conflict_nothing_keeps_the_first_row(h: Harness, pg: Any, unique_nam
     assert rows(pg, unique_name) == [(1, "first", 1.0), (2, "new", 2.0)]
     h.write(sink, [(1, None, None, "d")])  # deletes still apply
     assert rows(pg, unique_name) == [(2, "new", 2.0)]
+
+
+def test_on_conflict_nothing_keeps_the_first_row_of_a_key_within_an_epoch(h: Harness, pg: Any,
+                                                                        unique_name: str) -> None:
+    sink = h.sink(unique_name, on_conflict="nothing")
+    h.write(sink, [(1, "first", 1.0, "i"), (1, "second", 2.0, "u"), (2, "a", 1.0, "i"), (2, "b", 2.0, "u"),
+                   (2, "c", 3.0, "u")])
+    assert rows(pg, unique_name) == [(1, "first", 1.0), (2, "a", 1.0)]
+    # A delete resets the key: the first version after the last delete is what row-by-row gives.
+    h.write(sink, [(1, "x", 0.0, "u"), (1, None, None, "d"), (1, "again", 3.0, "i"), (1, "later", 4.0, "u"),
+                   (2, None, None, "d"), (3, "n1", 1.0, "i"), (3, "n2", 2.0, "u")])
+    assert rows(pg, unique_name) == [(1, "again", 3.0), (3, "n1", 1.0)]
 
 
 def test_all_columns_in_key_means_do_nothing(h: Harness, pg: Any, unique_name: str) -> None:
@@ -298,25 +316,69 @@ def test_reconnects_after_the_server_drops_the_connection(h: Harness, pg: Any, u
 
 def test_unreachable_server_fails_after_bounded_retries(h: Harness, pg_environ: Mapping[str, str],
                                                         unique_name: str) -> None:
+    """The sink only classifies; the flow's policy makes the attempts: one connection attempt each."""
     port = closed_port()
     environ = {**pg_environ, "STREAMLING__POSTGRES_SINK__PORT": str(port)}
     harness = Harness(h.spark, environ)
     try:
-        sink = harness.sink(unique_name, open_now=False,
-                            overrides={"retry": {"max_attempts": 3, "initial_backoff_ms": 50, "max_backoff_ms": 100}})
+        policy = {"max_attempts": 3, "initial_backoff_ms": 50, "max_backoff_ms": 100}
+        sink = harness.sink(unique_name, open_now=False, overrides={"retry": policy})
+        target = f"127.0.0.1:{port}/{pg_environ['STREAMLING__POSTGRES_SINK__DB']}"
         started = time.monotonic()
         with pytest.raises(StreamlingError) as info:
-            harness.write(sink, [(1, "a", 1.0, "i")])
+            call_with_retry(lambda: harness.write(sink, [(1, "a", 1.0, "i")]), RetrySettings(**policy), "writing")
         assert time.monotonic() - started < 10
+        assert connect_attempts(target) == 3
         err = info.value
         text = str(err)
         assert err.retriable and err.node == SINK and err.node_kind == "postgres sink"
-        assert f"127.0.0.1:{port}/" in text and "after 3 attempts" in text and "pg_out" in text
+        assert f"127.0.0.1:{port}/" in text and "gave up after 3 attempts" in text and "pg_out" in text
         assert pg_environ["STREAMLING__POSTGRES_SINK__PASS"] not in err.describe(debug=True)
         with pytest.raises(StreamlingError, match="opening the sink"):
             sink.open(h.spark)
+        assert connect_attempts(target) == 4
     finally:
         harness.close()
+
+
+def test_a_hung_connection_is_dropped_after_twice_the_statement_timeout(
+        h: Harness, pg: Any, unique_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A server that stops answering without closing the socket (its backend SIGSTOPped, loopback
+    only, for a few seconds at most) costs 2 × statement_timeout_secs, then a fresh connection."""
+    sink = h.sink(unique_name, overrides={"postgres_sink": {"statement_timeout_secs": 1}})
+    h.write(sink, [(1, "a", 1.0, "i")])
+    (pid,) = pg.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                        (f"streamling:{SINK}",)).fetchone()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="streamling.postgres"):
+            h.write(sink, [(2, "b", 2.0, "i")])  # the pooled connection hangs: dropped, a fresh one writes
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert 2 <= elapsed < 5
+    assert any("did not complete within 2 s" in r.getMessage() for r in caplog.records)
+    assert rows(pg, unique_name) == [(1, "a", 1.0), (2, "b", 2.0)]
+
+    # Hanging in the middle of an epoch's statements: a transient error, and the next attempt writes.
+    stopped: list[int] = []
+
+    def hang(conn: Any) -> None:
+        (own,) = conn.execute("SELECT pg_backend_pid()").fetchone()
+        stopped.append(own)
+        os.kill(own, signal.SIGSTOP)
+        conn.execute("SELECT 1")
+
+    try:
+        with pytest.raises(StreamlingError) as info:
+            sink._run("probing", hang)
+    finally:
+        for own in stopped:
+            os.kill(own, signal.SIGCONT)
+    assert info.value.retriable and "did not complete within 2 s" in str(info.value)
+    h.write(sink, [(3, "c", 3.0, "i")])
+    assert len(rows(pg, unique_name)) == 3
 
 
 def test_per_sink_connection_override(h: Harness, pg: Any, pg_environ: Mapping[str, str], unique_name: str) -> None:

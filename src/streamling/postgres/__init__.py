@@ -1,0 +1,21 @@
+"""Postgres plumbing shared by the sink, the state backend and dynamic tables.
+
+``PostgresPool`` connects with the configured settings (pool keys, statement timeout, keepalives,
+a client-side bound per round trip); ``is_transient`` tells a failure worth another attempt from
+one that is not, and ``mask`` keeps passwords out of messages. Nothing here retries: callers raise
+``StreamlingError(retriable=is_transient(exc))`` and the flow retries with one policy.
+"""
+
+from streamling.postgres.errors import StatementBoundExceeded, first_line, is_transient, mask, sqlstate_prefix
+from streamling.postgres.pool import PoolSettings, PostgresPool, connect_attempts
+
+__all__ = [
+    "PoolSettings",
+    "PostgresPool",
+    "StatementBoundExceeded",
+    "connect_attempts",
+    "first_line",
+    "is_transient",
+    "mask",
+    "sqlstate_prefix",
+]
