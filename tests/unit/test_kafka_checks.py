@@ -168,3 +168,18 @@ def test_group_id_follows_streamling_naming(tmp_path: Path) -> None:
                                                           "shop-orders")):
         ctx = NodeContext(spec=spec.nodes["orders"], settings=load_settings(environ=environ, cwd=tmp_path))
         assert KafkaSource(ctx).group_id == group
+
+
+def test_reader_schema_ids_listed_skip_resolution_like_skip_schema_resolution(tmp_path: Path) -> None:
+    from streamling.kafka.registry import RegisteredSchema
+    from streamling.sources.kafka import KafkaSource
+
+    spec = _parse("""
+    sources:
+      orders: {type: kafka, topic: orders, primary_key: id, skip_schema_resolution_for_reader_schema_ids: [7, 9]}
+    sinks:
+      out: {type: print, from: orders}
+    """)
+    source = KafkaSource(NodeContext(spec=spec.nodes["orders"], settings=load_settings(environ={}, cwd=tmp_path)))
+    assert source._skips_resolution(RegisteredSchema(9, 3, {}))
+    assert not source._skips_resolution(RegisteredSchema(8, 3, {}))

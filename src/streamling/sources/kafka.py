@@ -1,16 +1,24 @@
 """``kafka`` source: Spark's own Kafka connector, Avro decoded in the JVM by schema id.
 
 Values are in the Confluent wire format (magic byte 0, 4-byte big-endian schema id, Avro body).
-Each epoch decodes every writer schema registered under ``<topic>-value`` into the subject's
-latest (reader) schema with ``from_avro`` — fields matched by name, defaults filling added fields,
-removed fields dropped, int→long and float→double promoted. ``_gs_op`` comes from the ``dbz.op``
-header. A record that cannot be decoded stops the flow with its topic, partition and offset:
-nothing after it is processed or skipped (there is no dead-letter topic; see the README).
+The reader schema is the subject's latest version when the flow starts, and stays so for the
+run (the node's columns must not change under its sinks). Each epoch decodes every writer schema
+registered under ``<topic>-value`` into it with ``from_avro`` — fields matched by name, defaults
+filling added fields, removed fields dropped, int→long and float→double promoted. As in
+Streamling, a record written with a *newer* version than the reader fails the flow with a
+schema-resolution error naming its writer schema id (``validate_writer_schema_ordering``, on by
+default): a restart reads with the newer schema. Turned off, such records are resolved into the
+reader schema and their new fields dropped. ``skip_schema_resolution`` (or a reader schema id in
+``skip_schema_resolution_for_reader_schema_ids``) reads every body with the reader schema itself.
+``_gs_op`` comes from the ``dbz.op`` header. A record that cannot be decoded stops the flow with
+its topic, partition and offset: nothing after it is processed or skipped (there is no
+dead-letter topic; see the README).
 
 Offsets: Spark's checkpoint is the truth. After each committed epoch the end offsets are
 committed to the consumer group (so lag shows in standard tooling) and copied to the state
 backend as ``{node}:{topic}:{partition}`` (the next offset to read). On a fresh checkpoint the
-start is, in order: the state backend's offsets, the group's committed offsets, ``starting_offsets``.
+start is Streamling's: the state backend's offsets, else ``starting_offsets``. Offsets committed
+to the group are never read back, so a fresh state backend starts where the pipeline says.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import re
 import struct
 from typing import TYPE_CHECKING, Any
 
-from streamling.errors import StreamlingError, chain_text
+from streamling.errors import StreamlingError, chain_text, java_message
 from streamling.kafka.avro import (
     WideDecimalError,
     exact_json_decimals,
@@ -36,12 +44,15 @@ from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Source
 from streamling.spec.nodes import KafkaSourceOptions
 from streamling.spec.sql import spark_expression
 from streamling.spec.types import ColumnType, spark_ddl, wide_columns
+from streamling.util import did_you_mean
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 POISON = "streamling-poison: "
+#: marks a record whose writer schema is newer than the reader (``validate_writer_schema_ordering``)
+WRITER_AHEAD = "streamling-writer-ahead: "
 
 
 class KafkaSource(Source):
@@ -54,8 +65,11 @@ class KafkaSource(Source):
         self.conn = ctx.settings.kafka_source
         self.topic = self.opts.topic
         self.subject = f"{self.topic}-value"
-        self.group_id = self.conn.consumer_group_id or f"{ctx.settings.application_id}.{self.name}"
+        # Streamling gives each source its own group: ``<consumer_group_id>-<node>``.
+        self.group_id = (f"{self.conn.consumer_group_id}-{self.name}" if self.conn.consumer_group_id
+                         else f"{ctx.settings.application_id}.{self.name}")
         self._registry: Registry | None = None
+        self._reader: RegisteredSchema | None = None
         self._consumer: Any = None
         self._wide: dict[str, ColumnType] = {}  # wide decimal columns, exact text
 
@@ -68,16 +82,30 @@ class KafkaSource(Source):
         return self._registry
 
     def _schemas(self) -> tuple[RegisteredSchema, dict[int, dict[str, Any]]]:
-        """The reader schema (latest version) and every writer schema by id."""
+        """The reader schema (latest version at the first call, then pinned) and every writer schema by id."""
+        reader, writers, _ = self._resolution()
+        return reader, writers
+
+    def _resolution(self) -> tuple[RegisteredSchema, dict[int, dict[str, Any]], dict[int, RegisteredSchema]]:
+        """Reader, writer schemas by id (``schema_id_overrides`` applied), and the registered version
+        each writer id resolves to (an override's ``from`` id takes its ``to`` id's version)."""
         versions = self.registry.versions(self.subject)
-        reader = max(versions.values(), key=lambda s: s.version)
+        if self._reader is None:
+            self._reader = max(versions.values(), key=lambda s: s.version)
         # Writers stay as registered: a Debezium ["null", record] root puts a union branch index
         # before the record on the wire, which Avro resolution strips when reading into the record.
         writers = {sid: s.schema for sid, s in versions.items()}
+        registered = dict(versions)
         for override in self.opts.schema_id_overrides or []:
             if override.to in writers:
                 writers[override.from_] = writers[override.to]
-        return reader, writers
+                registered[override.from_] = versions[override.to]
+        return self._reader, writers, registered
+
+    def _skips_resolution(self, reader: RegisteredSchema) -> bool:
+        """Streamling: unconditionally, or when the reader schema id is listed."""
+        return self.opts.skip_schema_resolution or reader.schema_id in (
+            self.opts.skip_schema_resolution_for_reader_schema_ids or [])
 
     def inferred_primary_key(self) -> list[str]:
         if self.opts.data_format != "avro":
@@ -100,30 +128,21 @@ class KafkaSource(Source):
                                  hint="create the topic or fix 'topic'", code="topic_missing")
         return sorted(topic.partitions)
 
-    def _group_offsets(self, partitions: list[int]) -> dict[int, int]:
-        from confluent_kafka import Consumer, TopicPartition
-
-        consumer = Consumer({**self._admin_conf(), "group.id": self.group_id, "enable.auto.commit": False})
-        try:
-            committed = consumer.committed([TopicPartition(self.topic, p) for p in partitions], timeout=15)
-        finally:
-            consumer.close()
-        return {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
-
     def starting_offsets(self) -> dict[str, str]:
-        """Spark options that place a brand-new checkpoint (ignored by Spark when resuming)."""
+        """Spark options that place a brand-new checkpoint (ignored by Spark when resuming).
+
+        Streamling's order: this node's offsets in the state backend, else ``starting_offsets``
+        (also for partitions the state backend does not know yet).
+        """
         state = self.ctx.extras.get("state")
         stored: dict[int, int] = {}
         if state is not None:
             prefix = f"{self.name}:{self.topic}:"
             stored = {int(k[len(prefix):]): int(v["offset"]) for k, v in state.list(prefix).items()}
-        source = "state backend"
-        if not stored and self.ctx.extras.get("runtime"):
-            stored, source = self._group_offsets(self._partitions()), f"consumer group '{self.group_id}'"
         if stored:
             fallback = -1 if self.opts.starting_offsets == "latest" else -2
             offsets = {str(p): stored.get(p, fallback) for p in self._partitions()}
-            log.info("kafka source '%s': starting from the %s's offsets %s", self.name, source, offsets)
+            log.info("kafka source '%s': starting from the state backend's offsets %s", self.name, offsets)
             return {"startingOffsets": json.dumps({self.topic: offsets})}
         if self.opts.starting_offsets.isdigit():
             return {"startingTimestamp": self.opts.starting_offsets,
@@ -174,16 +193,34 @@ class KafkaSource(Source):
                     F.col("key").cast("string").alias("_kafka_key")]
         out = df.select(decoded.alias("__v"), op.alias(GS_OP), *meta).select("__v.*", GS_OP, *_names(meta))
         out = wide_decimal_columns(out, self._wide, from_bytes=self.opts.data_format == "avro")
-        if self.opts.filter:  # DataFusion SQL, as in Streamling: translated for Spark
-            types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
-            out = out.where(F.expr(spark_expression(self.opts.filter, types)))
+        if self.opts.filter:
+            try:
+                # the filter is DataFusion SQL, as in Streamling: translated for Spark
+                types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
+                out = out.where(F.expr(spark_expression(self.opts.filter, types)))
+            except Exception as exc:  # noqa: BLE001 - Spark raises parse and analysis errors as several types
+                raise self._filter_error(exc, out.columns) from exc
         return out
+
+    def _filter_error(self, exc: BaseException, columns: list[str]) -> StreamlingError:
+        """The filter as the user wrote it failed to resolve: say which column, once, without a plan dump."""
+        hint = "fix 'filter'; it may use the decoded columns" + (" and the _kafka_* metadata columns"
+                                                                 if self.opts.include_metadata else "")
+        params = getattr(exc, "getMessageParameters", lambda: None)() or {}
+        condition = str(getattr(exc, "getCondition", lambda: "")() or "")
+        if condition.startswith("UNRESOLVED_COLUMN") and params.get("objectName"):
+            name = str(params["objectName"]).split("`.`")[-1].strip("`")
+            return self.ctx.error(f"filter fails: column '{name}' does not exist{did_you_mean(name, columns)}",
+                                  hint=hint, code="filter_invalid")
+        message = re.sub(r"\s*SQLSTATE: \w+\.?", "", java_message(exc)).strip().rstrip(".")
+        return self.ctx.error(f"filter fails: {message}", hint=hint, code="filter_invalid")
 
     def _avro(self, where: Column) -> Column:
         from pyspark.sql import functions as F
         from pyspark.sql.avro.functions import from_avro
 
-        reader, writers = self._schemas()
+        reader, writers, registered = self._resolution()
+        skip = self._skips_resolution(reader)
         reader_text = json.dumps(self._readable(reader.schema))
         value = F.col("value")
         payload = F.expr("substring(value, 6)")
@@ -193,9 +230,16 @@ class KafkaSource(Source):
         header = F.substring(value, 1, 5)
         expr = F.when(value.isNull(), self._poison(F.concat(F.lit("tombstone (null value) at "), where)))
         for sid, writer in sorted(writers.items()):
-            writer_text = reader_text if self.opts.skip_schema_resolution else json.dumps(writer)
-            expr = expr.when(header == F.lit(b"\x00" + int(sid).to_bytes(4, "big")),
-                             from_avro(payload, writer_text, {"avroSchema": reader_text, "mode": "FAILFAST"}))
+            prefix = header == F.lit(b"\x00" + int(sid).to_bytes(4, "big"))
+            version = registered[sid].version
+            if not skip and self.opts.validate_writer_schema_ordering and version > reader.version:
+                expr = expr.when(prefix, F.raise_error(F.concat(F.lit(
+                    f"{WRITER_AHEAD}writer schema id {sid} (version {version} of subject '{self.subject}') is newer "
+                    f"than the reader schema id {reader.schema_id} (version {reader.version}) this flow started "
+                    "with, at "), where)))
+                continue
+            writer_text = reader_text if skip else json.dumps(writer)
+            expr = expr.when(prefix, from_avro(payload, writer_text, {"avroSchema": reader_text, "mode": "FAILFAST"}))
         expr = expr.when((F.length(value) < 5) | (F.substring(value, 1, 1) != F.lit(b"\x00")),
                          self._poison(F.concat(F.lit("not in the Confluent Avro wire format (bad magic byte or too "
                                                      "short) at "), where)))
@@ -222,6 +266,13 @@ class KafkaSource(Source):
         text = chain_text(exc)
         hint = ("nothing after this record was processed; fix the producer, then move the consumer past it "
                 "(or reset the flow's checkpoint)")
+        if WRITER_AHEAD in text:
+            message = text.split(WRITER_AHEAD, 1)[1].split("\n", 1)[0]
+            message = re.sub(r"\s*SQLSTATE: \w+\.?$", "", message).rstrip(". ")
+            return self.ctx.error(
+                f"schema resolution failed: {message}", code="schema_resolution",
+                hint="restart the pipeline to read with the newer schema (its new fields then reach the sinks), or "
+                     "set validate_writer_schema_ordering: false to keep the reader schema and drop them")
         if POISON in text:
             message = text.split(POISON, 1)[1].split("\n", 1)[0]
             message = re.sub(r"\s*SQLSTATE: \w+\.?$", "", message).rstrip(". ")

@@ -195,7 +195,8 @@ def test_kafka_to_kafka_is_readable_by_a_plain_confluent_consumer(
             transforms:
               doubled: {{type: sql, sql: "SELECT id, amount * 2 AS amount, upper(status) AS status FROM orders"}}
             sinks:
-              out: {{type: kafka, from: doubled, topic: {out_topic}, topic_partitions: 3, compression: zstd}}
+              out: {{type: kafka, from: doubled, topic: {out_topic}, topic_partitions: 3, compression: zstd,
+                     batch_size: 2, batch_flush_interval: 5ms}}
         """, lambda r: r.input_rows() >= 4, checkpoint_interval_sec=0.5)
         assert len(kafka_admin.list_topics(out_topic, timeout=10).topics[out_topic].partitions) == 3
         consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"reader-{out_topic}",
@@ -220,16 +221,18 @@ def test_kafka_to_kafka_is_readable_by_a_plain_confluent_consumer(
         kafka_admin.delete_topics([out_topic])
 
 
-def test_kafka_sink_without_a_key_is_refused(kafka_runner: Runner, produce: Producer) -> None:
-    produce.raw(json.dumps({"v": 1}).encode())
+def test_kafka_sink_without_a_key_is_refused_before_the_first_epoch(kafka_runner: Runner, produce: Producer) -> None:
+    # Validation lets an Avro source through (its registered doc may name primaryKeys); this one does not.
+    produce.avro({"type": "record", "name": "V", "fields": [{"name": "v", "type": "int"}]}, {"v": 1})
     produce.flush()
-    with pytest.raises(StreamlingError, match="kafka sink 'out' requires a primary key"):
+    with pytest.raises(StreamlingError, match="^kafka sink 'out' requires a primary key — set primary_key"):
         kafka_runner.run_until(f"""
             sources:
-              s: {{type: kafka, topic: {produce.topic}, data_format: json, schema: {{v: int32}}}}
+              s: {{type: kafka, topic: {produce.topic}}}
             sinks:
               out: {{type: kafka, from: s, topic: {produce.topic}_never}}
         """, lambda r: False, timeout_secs=30)
+    assert not kafka_runner.of_type(ev.EpochPlanned)
 
 
 @pytest.mark.parametrize("poison, expected", [
