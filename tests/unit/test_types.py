@@ -7,6 +7,7 @@ import decimal
 
 import pyarrow as pa
 import pytest
+import sqlglot
 from pydantic import ValidationError
 from pyspark.sql import types as T
 
@@ -29,6 +30,7 @@ from streamling.spec.types import (
     wide_fields,
     with_wide_metadata,
 )
+from streamling.spec.wide_sql import wide_decimal_problems
 
 # name → (Spark type, DDL, Arrow type, Avro, Postgres)
 SIMPLE = {
@@ -207,3 +209,36 @@ def test_decimal_text_keeps_the_scale_and_refuses_what_would_narrow() -> None:
 def test_unscaled_integers_round_trip_through_text(unscaled: int, scale: int, text: str) -> None:
     assert unscaled_to_text(unscaled, scale) == text
     assert text_to_unscaled(text, scale) == unscaled
+
+
+WIDE = wide_columns({"id": "int64", "big": "decimal256(60,0)"})
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT id, big FROM a WHERE big = '5' OR big <> '6' OR big IN ('1', '2')",
+    "SELECT big, count(*) FROM a GROUP BY big",
+    "SELECT DISTINCT big FROM a WHERE id > 3 ORDER BY id",
+    "SELECT CAST(big AS DECIMAL(38, 0)) + 1 AS n FROM a",
+    "SELECT coalesce(big, '0') AS big FROM a"])
+def test_exact_uses_of_wide_columns_pass(sql: str) -> None:
+    assert wide_decimal_problems(sqlglot.parse_one(sql), WIDE) == []
+
+
+@pytest.mark.parametrize(("sql", "what"), [
+    ("SELECT * FROM a WHERE big > '5'", "an ordering comparison on it (`big > '5'`)"),
+    ("SELECT * FROM a WHERE big BETWEEN '1' AND '2'", "an ordering comparison on it (`big BETWEEN '1' AND '2'`)"),
+    ("SELECT big + 1 AS x FROM a", "arithmetic on it (`big + 1`)"),
+    ("SELECT -big AS x FROM a", "arithmetic on it (`-big`)"),
+    ("SELECT sum(big) FROM a", "SUM() on it (`SUM(big)`)"),
+    ("SELECT * FROM a ORDER BY big", "ORDER BY on it (`big`)"),
+    ("SELECT * FROM a WHERE 5 = big", "comparing it with a number, which Spark does in floating point, (`5 = big`)"),
+    ("SELECT * FROM a WHERE big IN (1, 2)",
+     "comparing it with a number, which Spark does in floating point, (`big IN (1, 2)`)"),
+    ("SELECT CAST(big AS DOUBLE) AS d FROM a", "casting it to a floating-point type (`CAST(big AS DOUBLE)`)")])
+def test_inexact_uses_of_wide_columns_are_rejected_by_name(sql: str, what: str) -> None:
+    problems = wide_decimal_problems(sqlglot.parse_one(sql), WIDE)
+    assert problems == [
+        "column 'big' is decimal256(60,0), wider than Spark's 38-digit decimals, and is carried as exact decimal "
+        f"text: {what} would not be exact; only =, <>, IN (with string literals), GROUP BY and DISTINCT are. "
+        "Compute it in the sink's database, or CAST it to DECIMAL(p,s) with p <= 38 where the values fit (a value "
+        "that does not fit fails the epoch)"]
