@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from streamling.config import Settings
 from streamling.errors import StreamlingError
+from streamling.functions.catalog import register_udfs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -90,6 +91,7 @@ def build_session(settings: Settings, app_name: str = "streamling") -> SparkSess
 
     active = SparkSession.getActiveSession()
     if active is not None:
+        register_udfs(active)
         return active
     jars = ensure_jars()
     log4j = Path(str(resources.files("streamling.runtime").joinpath("log4j2.properties")))
@@ -133,4 +135,5 @@ def build_session(settings: Settings, app_name: str = "streamling") -> SparkSess
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    register_udfs(spark)  # Streamling's SQL functions, before any query can call them
     return spark
