@@ -22,6 +22,7 @@ from streamling.spec.nodes import (
     KafkaSourceOptions,
     parse_key,
 )
+from streamling.spec.sql import DIALECT
 from streamling.util import did_you_mean, parse_duration_secs
 
 if TYPE_CHECKING:
@@ -85,11 +86,11 @@ def declared_columns(options: KafkaSourceOptions) -> list[str]:
 def filter_column_problem(predicate: str, columns: list[str]) -> str | None:
     """``column 'x' does not exist (did you mean 'y'?)`` for the first unknown column, else None.
 
-    Names match case-insensitively, as Spark resolves them. A predicate that does not parse here
-    is left to the engine, whose own message is then reported at start.
+    The predicate is read as Streamling's (DataFusion) SQL; names match case-insensitively, as
+    Spark resolves them. One that does not parse is left to the filter's own checks.
     """
     try:
-        tree: Any = sqlglot.parse_one(predicate, read="spark")
+        tree: Any = sqlglot.parse_one(predicate, read=DIALECT)
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
         return None
     lambda_vars = {v.name.lower() for lam in tree.find_all(exp.Lambda) for v in lam.expressions}
