@@ -5,6 +5,7 @@ identifier, ``'x'`` a string, ``::`` casts, unquoted names fold to lower case), 
 builds on sqlglot's Postgres one with the differences that change results:
 
 * backticks also quote identifiers (DataFusion's generic dialect accepts both);
+* ``FLOAT`` is a 32-bit float, ``regexp`` a function name;
 * ``^`` is bitwise XOR, not power;
 * array subscripts stay as written (1-based), the translator turns them into ``try_element_at``;
 * function calls are *not* turned into sqlglot's typed function nodes (whose Spark output encodes
@@ -46,6 +47,9 @@ class DataFusion(Postgres):
 
     class Tokenizer(Postgres.Tokenizer):
         IDENTIFIERS = ['"', "`"]
+        # ``regexp`` is a function (an alias of regexp_like), not MySQL's infix operator
+        KEYWORDS = {k: v for k, v in Postgres.Tokenizer.KEYWORDS.items() if k != "REGEXP"}
+        KEYWORDS["FLOAT"] = TokenType.FLOAT  # DataFusion's FLOAT is 32-bit (PostgreSQL's is double)
 
     class Parser(Postgres.Parser):
         FUNCTIONS = _aggregate_builders()

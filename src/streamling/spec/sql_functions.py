@@ -78,7 +78,7 @@ SAME_IN_SPARK: dict[str, tuple[int, int | None]] = {
     "ceil": (1, 1), "cos": (1, 1), "cosh": (1, 1), "cot": (1, 1), "degrees": (1, 1), "exp": (1, 1),
     "floor": (1, 1), "radians": (1, 1), "signum": (1, 1), "sin": (1, 1), "sinh": (1, 1), "sqrt": (1, 1),
     "tan": (1, 1), "tanh": (1, 1), "pi": (0, 0), "isnan": (1, 1), "nanvl": (2, 2),
-    "power": (2, 2), "pow": (2, 2), "round": (1, 2), "log2": (1, 1), "log10": (1, 1), "ln": (1, 1),
+    "round": (1, 2), "log2": (1, 1), "log10": (1, 1), "ln": (1, 1),
     "coalesce": (1, None), "nullif": (2, 2), "nvl": (2, 2), "nvl2": (3, 3),
     "greatest": (1, None), "least": (1, None),
     "ascii": (1, 1), "bit_length": (1, 1), "octet_length": (1, 1), "length": (1, 1),
@@ -387,6 +387,13 @@ def _now(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
     return exp.CurrentTimestamp()
 
 
+def _power(args: list[exp.Expression], type_of: TypeOf) -> exp.Expression:
+    # DataFusion keeps integers integral (power(2, 10) = 1024 as Int64); Spark's pow is a double.
+    if type_of(args[0]) in INTEGRAL and type_of(args[1]) in INTEGRAL:
+        return cast(call("power", args[0], args[1]), "bigint")
+    return call("power", args[0], args[1])
+
+
 def _from_unixtime(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
     # DataFusion returns a timestamp; Spark's from_unixtime formats text.
     if len(args) == 2:
@@ -419,6 +426,8 @@ BUILDERS: dict[str, Builtin] = {
     "digest": Builtin(2, 2, _digest),
     "random": Builtin(0, 0, _renamed("rand")),
     "log": Builtin(1, 2, _log),
+    "power": Builtin(2, 2, _power),
+    "pow": Builtin(2, 2, _power),
     "trunc": Builtin(1, 2, _trunc),
     "now": Builtin(0, 0, _now),
     "current_timestamp": Builtin(0, 0, _now),
