@@ -7,6 +7,18 @@ The SQL translator (``streamling.spec.sql``) looks calls up here by lower-cased 
 argument count at validate time and rewrites them; the runtime calls ``register_udfs`` once per
 session before any query runs.
 
+Streamling's literal-argument gotcha (``_gs_split_string_to_array``, ``_gs_generate_series``,
+``_gs_conv_base`` read a literal argument as a one-row array, so mixing literal and column arguments
+fails on batches of more than one row) is **not** reproduced: literals are accepted and every row
+gets its own answer. That answer is the one Streamling gives wherever it gives one (one-row batches,
+all-literal or all-column calls), so no pipeline gets different rows; pipelines that failed there
+now run. The opposite quirk, where Streamling silently reads a list argument from the first row of
+a batch only (``array_filter_in``'s values, ``_gs_json_objects_to_clickhouse_tuples``' keys), would
+give different rows per row, so those arguments must be constants: anything else is a user error at
+translation, never a silent difference.
+
+U256 / I256 values are carried as exact decimal text (see ``streamling.functions.u256``).
+
 This module must not import pyspark at import time: validation runs without a JVM.
 """
 

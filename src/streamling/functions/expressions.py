@@ -76,9 +76,12 @@ def user_error(function: str, message: str, hint: str | None = None) -> Streamli
 
 
 def java_regex_quote(text: str) -> str:
-    """``text`` as a Java regex matching itself: ASCII punctuation escaped (a backslash before a
-    non-letter is always a literal in Java), letters, digits and non-ASCII left as they are."""
-    return "".join("\\" + c if c.isascii() and not c.isalnum() else c for c in text)
+    """``text`` as a Java regex matching itself: every metacharacter escaped (a backslash before a
+    non-letter is always a literal in Java)."""
+    return "".join("\\" + c if c in _JAVA_REGEX_META else c for c in text)
+
+
+_JAVA_REGEX_META = frozenset("\\.[]{}()<>*+-=!?^$|&")
 
 
 def quoted_identifier(name: str) -> str:

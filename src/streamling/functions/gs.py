@@ -33,12 +33,9 @@ def keccak256(text: pa.Array) -> pa.Array:
 
     def one(value: str) -> str | None:
         if value.startswith("0x"):
-            try:
-                data = bytes.fromhex(value[2:]) if _is_hex(value[2:]) else None
-            except ValueError:
-                data = None
-            if data is None:
+            if not _is_hex(value[2:]):
                 return None
+            data = bytes.fromhex(value[2:])
         else:
             data = value.encode()
         return "0x" + keccak.new(digest_bits=256, data=data).hexdigest()

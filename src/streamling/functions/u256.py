@@ -148,9 +148,12 @@ def i256_abs(value: pa.Array) -> pa.Array:
 
 
 def to_int64(value: pa.Array) -> pa.Array:
-    """I256 → BIGINT: values up to 2⁶⁴−1 are reinterpreted as signed 64-bit, the rest NULL."""
+    """I256 → BIGINT: values up to 2⁶⁴−1 are reinterpreted as signed 64-bit, the rest NULL (and
+    NULL stays NULL: it is a conversion out of the 256-bit family, not arithmetic)."""
 
     def one(v: Any) -> int | None:
+        if v is None:
+            return None
         number = _from_value(v, True, "to_int64")
         if _I64_MIN <= number <= _I64_MAX:
             return number
