@@ -35,8 +35,10 @@ log = logging.getLogger(__name__)
 
 
 class KafkaSink(Sink):
-    #: ``batch_flush_interval`` becomes the producer's ``linger.ms``
-    honoured_keys: ClassVar[frozenset[str]] = frozenset({"batch_flush_interval"})
+    #: Spark's writer produces from the executors: ``parallelism`` sets how many write at once, rows
+    #: of a key on one writer (Streamling: producers, chosen by key hash); ``batch_flush_interval``
+    #: becomes the producer's ``linger.ms``
+    honoured_keys: ClassVar[frozenset[str]] = frozenset({"parallelism", "batch_flush_interval"})
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
