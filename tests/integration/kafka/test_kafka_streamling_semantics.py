@@ -59,10 +59,14 @@ def _start_then_evolve(runner: Runner, produce: Producer, pipeline: str, **overr
     produce.flush()
     run = runner.pipeline(pipeline, checkpoint_interval_sec=0.5, **overrides)
     run.start()
-    _wait(run, lambda: runner.input_rows() >= 1)
-    v2 = _register(produce, RECORD_V2)
-    produce.avro(RECORD_V2, {"id": 2, "data": "v2-after-startup", "version": 99})
-    produce.flush()
+    try:
+        _wait(run, lambda: runner.input_rows() >= 1)
+        v2 = _register(produce, RECORD_V2)
+        produce.avro(RECORD_V2, {"id": 2, "data": "v2-after-startup", "version": 99})
+        produce.flush()
+    except BaseException:
+        run.stop("test failed")
+        raise
     return run, v2
 
 
