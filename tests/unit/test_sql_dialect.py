@@ -293,3 +293,13 @@ def test_the_doc_lists_every_function_we_translate() -> None:
 def test_translated_sql_parses_as_spark() -> None:
     sql = rewrite_sql("SELECT \"Status\", log(x), arr[1], to_char(ts, '%Y') FROM t", {"t": "v"})
     assert sqlglot.parse_one(sql, read="spark") is not None
+
+
+@pytest.mark.parametrize(("datafusion", "spark_sql"), [
+    ("to_unixtime(ts) / 60", "UNIX_SECONDS(CAST(ts AS TIMESTAMP)) DIV 60"),
+    ("extract(year FROM ts) / 10", "YEAR(ts) DIV 10"),
+    ("character_length(s) / 2", "CHARACTER_LENGTH(s) DIV 2"),
+    ("date_part('epoch', ts) / 10", "UNIX_MICROS(CAST(ts AS TIMESTAMP)) / CAST(1000000 AS DOUBLE) / 10"),
+])
+def test_integer_results_of_functions_divide_as_integers(datafusion: str, spark_sql: str) -> None:
+    assert spark(datafusion) == spark_sql

@@ -95,7 +95,10 @@ class Translator:
             if isinstance(node, (exp.Cast, exp.TryCast)):
                 return self._cast(node)
             if isinstance(node, exp.Extract):
-                return fn.date_part(node.this.name, node.expression)
+                part = fn.date_part(node.this.name, node.expression)
+                if node.this.name.lower() != "epoch":
+                    part.meta["spark_type"] = "int"
+                return part
             if isinstance(node, exp.Substring):
                 args = [a for a in (node.this, node.args.get("start") or fn.num(1), node.args.get("length")) if a]
                 return fn.BUILDERS["substr"].build(args, self.type_of)
@@ -137,7 +140,10 @@ class Translator:
         if problem:
             self.problems.append(problem)
             return node
-        return builtin.build(args, self.type_of)
+        out = builtin.build(args, self.type_of)
+        if name in _INTEGER_RESULTS and not _is_epoch(name, args):
+            out.meta["spark_type"] = "int"  # so that dividing it divides integers, as in DataFusion
+        return out
 
     def _div(self, node: exp.Div) -> exp.Expression:
         # DataFusion divides integers as integers (truncating toward zero), as Spark's DIV does.
@@ -173,6 +179,16 @@ class Translator:
                 self.problems.append("unnest() is supported only as a whole column of a SELECT list")
             elif sum(1 for c in select.find_all(exp.Anonymous) if str(c.name).lower() == "unnest") > 1:
                 self.problems.append("only one unnest() per SELECT is supported on Spark")
+
+
+#: DataFusion functions whose result is an integer (Spark's translation may not say so)
+_INTEGER_RESULTS = {"to_unixtime", "strpos", "instr", "length", "char_length", "character_length", "charlength",
+                    "octet_length", "bit_length", "array_length", "array_position", "date_part", "datepart",
+                    "ascii", "levenshtein", "find_in_set"}
+
+
+def _is_epoch(name: str, args: list[exp.Expression]) -> bool:
+    return name in {"date_part", "datepart"} and bool(args) and str(args[0].name).lower() == "epoch"
 
 
 def _children_first(node: exp.Expression) -> Iterator[exp.Expression]:
