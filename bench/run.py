@@ -30,7 +30,8 @@ from scenarios.common import (  # noqa: E402 - the scenarios package sits next t
     machine_facts,
 )
 
-SCENARIOS = ("cold_start", "generate_sql_blackhole", "generate_sql_postgres", "kafka_avro", "bundle_jobs")
+SCENARIOS = ("cold_start", "generate_sql_blackhole", "generate_sql_postgres", "kafka_avro", "bundle_jobs",
+             "gs_functions")
 
 
 def _runner(name: str) -> Callable[[Options], ScenarioResult]:

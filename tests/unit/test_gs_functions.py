@@ -11,6 +11,7 @@ import sqlglot
 
 from streamling.errors import StreamlingError
 from streamling.functions import catalog, flink, gs, u256, udfs
+from streamling.spec.sql_functions import Unfaithful
 
 
 def strings(*items: str | None) -> pa.Array:
@@ -61,13 +62,18 @@ def test_expression_rewrites() -> None:
 
 
 def test_constant_arguments_are_enforced() -> None:
-    with pytest.raises(StreamlingError, match="must be a constant"):
+    with pytest.raises(Unfaithful, match="must be a constant"):
         spark_sql("array_filter_in", "l", "'f'", "wanted")
-    with pytest.raises(StreamlingError, match="must be a constant"):
+    with pytest.raises(Unfaithful, match="must be a constant"):
         spark_sql("_gs_json_objects_to_clickhouse_tuples", "j", "keys")
-    with pytest.raises(StreamlingError, match="string literal"):
+    with pytest.raises(Unfaithful, match="string literal"):
         spark_sql("array_struct_field", "l", "name_column")
     assert "ARRAY_CONTAINS(ARRAY('a', 'b')" in spark_sql("array_filter_in", "l", "'f'", "array('a', 'b')")
+    # through the translator, a problem of the query at validation, never a crash
+    from streamling.spec.sql import analyze_sql
+
+    problems = analyze_sql("SELECT array_filter_in(items, 'k', wanted) AS x FROM t").problems
+    assert any("must be a constant" in p for p in problems), problems
 
 
 def test_conv_base() -> None:

@@ -19,7 +19,7 @@ from functools import cache
 import sqlglot
 from sqlglot import exp
 
-from streamling.errors import StreamlingError
+from streamling.spec.sql_functions import Unfaithful
 
 Args = Sequence[exp.Expression]
 Rewrite = Callable[[list[exp.Expression]], exp.Expression]
@@ -71,8 +71,10 @@ def is_constant(arg: exp.Expression) -> bool:
     return not any(True for _ in arg.find_all(exp.Column))
 
 
-def user_error(function: str, message: str, hint: str | None = None) -> StreamlingError:
-    return StreamlingError(f"{function}: {message}", code="sql_function_argument", user=True, hint=hint)
+def user_error(function: str, message: str, hint: str | None = None) -> Unfaithful:
+    """A call that cannot be translated as written: the translator reports it as a validation
+    problem of the query, with what to write instead."""
+    return Unfaithful(f"{message} ({hint})" if hint else message)
 
 
 def java_regex_quote(text: str) -> str:
