@@ -90,16 +90,20 @@ def test_a_writer_schema_newer_than_the_reader_fails_fast_naming_its_id(kafka_ru
     assert kafka_runner.input_rows() == 1  # the epoch holding the v2 record never committed
 
 
+@pytest.mark.parametrize("option", ["validate_writer_schema_ordering: false",
+                                    "skip_schema_resolution_for_reader_schema_ids: [{reader}]"])
 def test_with_ordering_validation_off_the_new_field_is_dropped_and_rows_keep_flowing(
-        kafka_runner: Runner, produce: Producer, pg: Any, unique_name: str, pg_environ: dict[str, str]) -> None:
+        kafka_runner: Runner, produce: Producer, pg: Any, unique_name: str, pg_environ: dict[str, str],
+        option: str) -> None:
     kafka_runner.environ.update({k: v for k, v in pg_environ.items() if k.startswith("STREAMLING__POSTGRES_SINK__")})
+    option = option.format(reader=_register(produce, RECORD_V1))
     run, _ = _start_then_evolve(kafka_runner, produce, f"""
         sources:
           src:
             type: kafka
             topic: {produce.topic}
             primary_key: id
-            validate_writer_schema_ordering: false
+            {option}
         sinks:
           db: {{type: postgres, from: src, schema: {unique_name}, table: records}}
     """)
