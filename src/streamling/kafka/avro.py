@@ -176,9 +176,13 @@ def readable_wide_decimals(record: dict[str, Any]) -> tuple[dict[str, Any], dict
 
 def _scalar_udf(function: Callable[[pa.Array], pa.Array], returns: DataType | str) -> Any:
     """An Arrow batch function as a scalar Spark UDF (whole Arrow arrays in and out, never rows)."""
+    import warnings
+
     from pyspark.sql.functions import ArrowUDFType, arrow_udf
 
-    return arrow_udf(function, returns, ArrowUDFType.SCALAR)  # type: ignore[call-overload]
+    with warnings.catch_warnings():  # the type is given explicitly: closures carry no usable hints
+        warnings.filterwarnings("ignore", message=".*type hints for arrow UDF.*")
+        return arrow_udf(function, returns, ArrowUDFType.SCALAR)  # type: ignore[call-overload]
 
 
 def _bytes_to_text(scale: int) -> Callable[[pa.Array], pa.Array]:
