@@ -5,7 +5,8 @@
   without ``primary_key`` may still supply one from its registered record's ``doc``, which only
   the registry knows, so that case is left to the sink's start.
 * ``batch_flush_interval`` of a Kafka sink must read as a duration (it becomes ``linger.ms``).
-* A Kafka source's ``filter`` over a declared JSON ``schema`` may only name its columns.
+* A Kafka source's ``filter`` over a declared JSON ``schema`` may only name its columns, and its
+  ``schema_id_overrides`` may name each writer id once.
 """
 
 from __future__ import annotations
@@ -50,11 +51,22 @@ def check_kafka_nodes(nodes: dict[str, NodeSpec], prefix: str, add: Add) -> None
                 except ValueError as exc:
                     add(f"{path}.batch_flush_interval", f"batch_flush_interval: {exc}", node=spec.name,
                         node_kind=kind)
-        elif isinstance(spec.options, KafkaSourceOptions) and spec.options.filter and spec.options.schema_:
-            problem = filter_column_problem(spec.options.filter, declared_columns(spec.options))
-            if problem:
-                add(f"{path}.filter", f"filter fails: {problem}", node=spec.name, node_kind=kind,
-                    hint="fix the column name in 'filter'")
+        elif isinstance(spec.options, KafkaSourceOptions):
+            _check_source(spec.options, spec.name, kind, path, add)
+
+
+def _check_source(options: KafkaSourceOptions, name: str, kind: str, path: str, add: Add) -> None:
+    seen: set[int] = set()
+    for override in options.schema_id_overrides or []:
+        if override.from_ in seen:  # Streamling refuses it too: which target would win is undefined
+            add(f"{path}.schema_id_overrides", f"schema_id_overrides lists 'from: {override.from_}' twice",
+                node=name, node_kind=kind, hint="keep one override per writer schema id")
+        seen.add(override.from_)
+    if options.filter and options.schema_:
+        problem = filter_column_problem(options.filter, declared_columns(options))
+        if problem:
+            add(f"{path}.filter", f"filter fails: {problem}", node=name, node_kind=kind,
+                hint="fix the column name in 'filter'")
 
 
 def _key(name: str, nodes: dict[str, NodeSpec], memo: dict[str, list[str] | None]) -> list[str] | None:
