@@ -184,6 +184,11 @@ def _check_sink_keys(plan: Plan) -> list[StreamlingError]:
     for spec in plan.spec.sinks:
         if plan.keys.get(spec.name):
             continue
+        if spec.type == "kafka":  # its message key, required whatever enforce_primary_keys says (Streamling)
+            problems.append(StreamlingError(f"kafka sink '{spec.name}' requires a primary key",
+                                            code="primary_key_required", hint="set primary_key on the sink or on a "
+                                            "node upstream; it becomes the message key"))
+            continue
         message = ("no primary key (none declared, none inherited from its inputs): updates and deletes cannot "
                    "be matched to earlier rows")
         hint = "declare primary_key on the sink or on a node upstream"

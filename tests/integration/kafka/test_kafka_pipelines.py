@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from harness import Runner
 
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, ValidationError
 from streamling.runtime import events as ev
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -221,17 +221,22 @@ def test_kafka_to_kafka_is_readable_by_a_plain_confluent_consumer(
         kafka_admin.delete_topics([out_topic])
 
 
-def test_kafka_sink_without_a_key_is_refused_before_the_first_epoch(kafka_runner: Runner, produce: Producer) -> None:
-    # Validation lets an Avro source through (its registered doc may name primaryKeys); this one does not.
+def test_kafka_sink_without_a_key_is_refused_once_the_registry_is_read(kafka_runner: Runner,
+                                                                       produce: Producer) -> None:
+    # The static checks let an Avro source through (its registered doc may name primaryKeys); this one
+    # does not, which the schema check (--validate, and every start) finds before any epoch.
     produce.avro({"type": "record", "name": "V", "fields": [{"name": "v", "type": "int"}]}, {"v": 1})
     produce.flush()
-    with pytest.raises(StreamlingError, match="^kafka sink 'out' requires a primary key — set primary_key"):
+    with pytest.raises(ValidationError) as info:
         kafka_runner.run_until(f"""
             sources:
               s: {{type: kafka, topic: {produce.topic}}}
             sinks:
               out: {{type: kafka, from: s, topic: {produce.topic}_never}}
         """, lambda r: False, timeout_secs=30)
+    assert [p.headline() for p in info.value.problems] == [
+        "kafka sink 'out' requires a primary key — set primary_key on the sink or on a node upstream; it becomes "
+        "the message key"]
     assert not kafka_runner.of_type(ev.EpochPlanned)
 
 
