@@ -57,3 +57,21 @@ def test_enforce_primary_keys_turns_the_missing_key_warning_into_an_error(runner
         "blackhole sink 'out': no primary key (none declared, none inherited from its inputs): updates and "
         "deletes cannot be matched to earlier rows, and enforce_primary_keys is on — declare primary_key on the "
         "sink or on a node upstream"]
+
+
+def test_record_batch_size_sizes_the_arrow_batches_of_python_operators(spark, tmp_path) -> None:
+    from streamling.config import load_settings
+    from streamling.runtime.session import build_session
+
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    try:
+        build_session(load_settings(environ={"STREAMLING__RECORD_BATCH_SIZE": "250"}, cwd=tmp_path))
+        assert spark.conf.get(key) == "250"
+        import pyarrow as pa
+
+        sizes = spark.range(1000).mapInArrow(
+            lambda batches: (pa.RecordBatch.from_pydict({"n": [b.num_rows]}) for b in batches), "n long").collect()
+        assert max(r.n for r in sizes) == 250
+    finally:
+        spark.conf.set(key, before)
