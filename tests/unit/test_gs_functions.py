@@ -53,7 +53,6 @@ def test_expression_rewrites() -> None:
     assert spark_sql("regexp_replace", "t", "'x'", "'$1'") == "REGEXP_REPLACE(t, 'x', '\\\\$1')"
     assert spark_sql("uuid7") == "STREAMLING_UUID7(0)"
     assert spark_sql("json_array") == "'[]'"
-    assert spark_sql("today") == "CURRENT_DATE"  # then pinned to the epoch like now()
     assert spark_sql("json_value", "j", "'$.a'", "'INT'") == "CAST(STREAMLING_JSON_VALUE(j, '$.a', 'INT') AS INT)"
     series = spark_sql("_gs_generate_series", "a", "b")
     assert "SEQUENCE(CAST(a AS BIGINT), CAST(b AS BIGINT), CAST(COALESCE(1, 1) AS BIGINT))" in series

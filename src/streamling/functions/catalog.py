@@ -195,8 +195,6 @@ FUNCTIONS: dict[str, SqlFunction] = {
         _expr("charlength", 1, 1, "alias of character_length", x.renamed("char_length")),
         _expr("dateformat", 2, 2, "alias of date_format (Flink's dateFormat)", x.renamed("date_format")),
         _expr("hex", 1, 1, "alias of to_hex: lower-case hex", x.template("lower(hex(_a0))")),
-        # current_date(); the SQL layer then pins it to the epoch's start like every clock call
-        _expr("today", 0, 0, "alias of current_date (UTC, one value per epoch)", lambda _args: exp.CurrentDate()),
     ]
 }
 
