@@ -90,3 +90,29 @@ def test_wide_avro_decimals_reach_postgres_and_kafka_exactly(
                         {"id": 2, "big": Decimal(7), "supply": None, "price": Decimal("-0.0001")}]
     finally:
         kafka_admin.delete_topics([out_topic], operation_timeout=10)
+
+
+def test_wide_json_numbers_are_read_from_the_payload_text_exactly(
+        spark: Any, tmp_path: Path, kafka_environ: dict[str, str], pg_environ: dict[str, str], pg: Any,
+        unique_name: str, unique_topic: str, kafka_admin: Any, kafka_bootstrap: str,
+        schema_registry_url: str) -> None:
+    frac = "1234567890123456789012345678901234567890.1234"  # Spark's JSON reader alone gives 1.2345…E39
+    produce = Producer(kafka_bootstrap, schema_registry_url, unique_topic, kafka_admin)
+    produce.raw(f'{{"id": 1, "big": {BIG}, "frac": {frac}}}'.encode(), key="1")
+    produce.raw(b'{"id": 2, "big": "7", "frac": 0.5}', key="2")
+    produce.flush()
+    runner = Runner(spark, tmp_path, {**kafka_environ, **{k: v for k, v in pg_environ.items()
+                                                          if k.startswith("STREAMLING__")}})
+    runner.run_until(f"""
+        sources:
+          chain:
+            type: kafka
+            topic: {unique_topic}
+            data_format: json
+            primary_key: id
+            schema: {{id: int64, big: 'decimal256(60,0)', frac: 'decimal256(50,4)'}}
+        sinks:
+          db: {{type: postgres, from: chain, schema: {unique_name}, table: wide}}
+    """, lambda r: r.input_rows() >= 2, application_id=unique_name, checkpoint_interval_sec=0.5)
+    got = pg.execute(f"SELECT id, big::text, frac::text FROM {unique_name}.wide ORDER BY id").fetchall()
+    assert got == [(1, str(BIG), frac), (2, "7", "0.5000")]
