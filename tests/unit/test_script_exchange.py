@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import re
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from streamling.errors import NodeFailure
+from streamling.errors import NodeFailure, node_failure_from_text
 from streamling.transforms import quickjs
 from streamling.transforms.script import ScriptJob, coercion_kind, encode_batch, iso_utc, run_script_batches
 
@@ -99,3 +100,20 @@ def test_every_batch_starts_from_a_clean_interpreter() -> None:
     output = pa.schema([("id", pa.int64()), ("seen", pa.int64()), ("leak", pa.int64())])
     rows = _run(script, [batch, batch, batch], output)
     assert [(r["seen"], r["leak"]) for r in rows] == [(1, 1), (2, 1)] * 3
+
+
+@pytest.mark.parametrize(("script", "message"), [
+    # small objects until the engine cannot even build its error object: it throws a bare null
+    ("function process(input) { const a = []; for (;;) a.push({x: a.length, y: 'abc' + a.length}); }",
+     r"row 0 of the batch \(id=1\): out of memory \(the engine could not even allocate the error\) — the script "
+     r"exceeded its memory limit of 64 MB \(wasm_script.memory_limit_mb\)"),
+    ("function f(n) { return f(n + 1) + 1; } function process(input) { return f(0); }",
+     r"the script recursed too deeply \(call stack exhausted\) at row 0 of the batch \(id=1\) — turn the "
+     r"recursion into a loop or bound its depth"),
+])
+def test_sandbox_exhaustion_names_the_limit(script: str, message: str) -> None:
+    with pytest.raises(NodeFailure) as info:
+        _run(script, [pa.RecordBatch.from_pydict({"id": [1]})])
+    error = node_failure_from_text(str(info.value))
+    assert error is not None
+    assert re.fullmatch(f"script transform 't': {message}", error.headline()), error.headline()

@@ -374,10 +374,16 @@ def _failure(job: ScriptJob, batch: pa.RecordBatch, result: quickjs.RunResult) -
             return NodeFailure(job.node, NODE_KIND,
                                f"the script ran out of its memory limit of {job.memory_limit_mb} MB{where}",
                                hint="allocate less per row or raise wasm_script.memory_limit_mb")
+        if "call stack exhausted" in result.trap:
+            return NodeFailure(job.node, NODE_KIND, f"the script recursed too deeply (call stack exhausted){where}",
+                               hint="turn the recursion into a loop or bound its depth")
         return NodeFailure(job.node, NODE_KIND, f"the sandbox stopped: {result.trap}{where}")
     if report is None:
         return NodeFailure(job.node, NODE_KIND, f"the script failed: {_first_line(result.stderr) or 'no message'}")
     message = str(report.get("message", ""))
+    if message in ("null", "") and not report.get("stack"):
+        # QuickJS throws a bare null when memory is so short it cannot build the error object itself
+        message = "out of memory (the engine could not even allocate the error)"
     line = _script_line(str(report.get("stack", "")))
     at_line = f" (script line {line})" if line else ""
     hint = None
