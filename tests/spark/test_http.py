@@ -182,7 +182,8 @@ def test_handler_v1_one_row_per_request(runner, endpoint, capture):
     assert all(r["doubled"] == 2 * r["id"] for r in out)
     bodies = endpoint.bodies("/enrich")
     assert len(bodies) == 40
-    assert all(set(b) == {"metadata", "data"} and "_gs_op" not in b["data"] for b in bodies)
+    # Streamling's v1 envelope carries the op twice: metadata.op and the row's own _gs_op in data
+    assert all(set(b) == {"metadata", "data"} and b["data"]["_gs_op"] == b["metadata"]["op"] for b in bodies)
     sent = sorted((b["data"]["id"], b["data"]["version"], b["metadata"]["op"]) for b in bodies)
     assert sent == sorted((r["id"], r["version"], r["_gs_op"]) for r in raw)
 

@@ -72,7 +72,8 @@ def test_batch_size_is_capped_by_trigger_max_count_and_bodies_follow_the_payload
     assert bodies == [rows[:3], rows[3:]]  # v0: flat objects with _gs_op, arrays in batch mode
     one = _call('{type: handler, from: s, url: "http://x/y", one_row_per_request: true, payload_version: 1}', settings)
     bodies = [json.loads(body) for _, body in encode_requests(rows[:2], one)]
-    assert bodies == [{"metadata": {"op": "u"}, "data": {"id": 0}}, {"metadata": {"op": "u"}, "data": {"id": 1}}]
+    assert bodies == [{"metadata": {"op": "u"}, "data": {"id": 0, "_gs_op": "u"}},
+                      {"metadata": {"op": "u"}, "data": {"id": 1, "_gs_op": "u"}}]
 
 
 def test_urls_lose_their_credentials_in_messages() -> None:
@@ -116,3 +117,16 @@ def test_refused_connections_are_retried_then_reported_with_the_url(tmp_path: Pa
     assert error is not None
     assert error.headline().startswith(f"handler transform 'h': POST http://127.0.0.1:{port}/x failed with "
                                        "connection failure after 3 attempts: ConnectError")
+
+
+def test_credentials_in_the_url_and_headers_are_masked_however_encoded(tmp_path: Path) -> None:
+    import base64
+
+    settings = load_settings(environ={}, cwd=tmp_path)
+    call = _call('{type: handler, from: s, url: "http://svc:p%40ss-w0rd@x/y", '
+                 'headers: {Authorization: "Bearer tok-123456", X-Trace: visible}}', settings)
+    basic = base64.b64encode(b"svc:p@ss-w0rd").decode()
+    echo = (f"auth was Basic {basic}, pw p@ss-w0rd (p%40ss-w0rd), bearer tok-123456 "
+            f"({base64.b64encode(b'tok-123456').decode()}), trace visible")
+    assert call.redact(echo) == "auth was Basic ***, pw *** (***), bearer *** (***), trace visible"
+    assert call.safe_url == "http://x/y"

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from streamling.errors import NodeFailure, StreamlingError
 from streamling.runtime.nodes import GS_OP, NodeContext
@@ -48,6 +48,42 @@ def redact_url(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+_CREDENTIAL_HEADER = re.compile(r"authorization|cookie|api[-_]?key|token|secret|passw", re.I)
+
+
+def credential_forms(url: str, headers: dict[str, str]) -> list[str]:
+    """Every way a credential of this call may come back in text: the URL's ``user:password`` (which
+    the HTTP client sends as ``Authorization: Basic …``) and credential-bearing header values, each
+    raw, Base64-encoded and percent-encoded, so an endpoint echoing them cannot leak them into logs."""
+    raw: list[str] = []
+    parts = urlsplit(url)
+    if parts.password:
+        user, password = unquote(parts.username or ""), unquote(parts.password)
+        raw += [f"{user}:{password}", password]
+    for name, value in headers.items():
+        if _CREDENTIAL_HEADER.search(name) and value:
+            raw.append(value)
+            scheme, _, token = value.partition(" ")
+            if token and scheme.lower() in {"basic", "bearer", "token"}:
+                raw.append(token)
+                if scheme.lower() == "basic":
+                    try:
+                        raw.append(base64.b64decode(token, validate=True).decode())
+                    except (ValueError, UnicodeDecodeError):
+                        pass
+    forms: list[str] = []
+    for value in raw:
+        if len(value) < 4:  # too short to mask without masking ordinary text
+            continue
+        forms += [value, base64.b64encode(value.encode()).decode(), quote(value, safe="")]
+    return forms
+
+
+def _longest_first(values: list[str]) -> tuple[str, ...]:
+    """Distinct values, longest first: masking a short one inside a longer one would leave the rest visible."""
+    return tuple(sorted(dict.fromkeys(values), key=len, reverse=True))
 
 
 @dataclass(frozen=True)
@@ -108,11 +144,12 @@ def build_call(ctx: NodeContext, options: HttpNodeOptions, node_kind: str, skip_
         secrets.append(value)
     if not any(k.lower() == "content-type" for k in headers):
         headers["Content-Type"] = "application/json"
+    secrets += credential_forms(options.url, headers)
     limits = settings.external_http_handler
     rows_per_request = 1 if options.one_row_per_request else min(options.batch_size or limits.trigger_max_count,
                                                                   limits.trigger_max_count)
     return HttpCall(node=ctx.name, node_kind=node_kind, url=options.url, headers=tuple(headers.items()),
-                    secret_values=tuple(secrets), one_row_per_request=options.one_row_per_request,
+                    secret_values=_longest_first(secrets), one_row_per_request=options.one_row_per_request,
                     payload_version=options.payload_version, rows_per_request=rows_per_request,
                     concurrency=limits.buffer_size, timeout_secs=limits.operator_timeout_sec,
                     max_attempts=settings.retry.max_attempts, initial_backoff_ms=settings.retry.initial_backoff_ms,
@@ -138,8 +175,7 @@ def row_payload(row: dict[str, Any], version: int) -> dict[str, Any]:
     """v0: the row as a flat object (``_gs_op`` included); v1: ``{"metadata":{"op"},"data"}``."""
     if version == 0:
         return row
-    data = {k: v for k, v in row.items() if k != GS_OP}
-    return {"metadata": {"op": row.get(GS_OP) or "i"}, "data": data}
+    return {"metadata": {"op": row.get(GS_OP) or "i"}, "data": dict(row)}  # Streamling keeps _gs_op in data
 
 
 def encode_requests(rows: list[dict[str, Any]], call: HttpCall) -> list[tuple[list[dict[str, Any]], bytes]]:
