@@ -152,7 +152,7 @@ class PostgresPool:
             conninfo, kwargs=kwargs, connection_class=self._connection_class(), configure=configure,
             min_size=0, max_size=settings.max_size, open=False, timeout=settings.acquire_timeout_secs,
             max_idle=settings.idle_timeout_secs, max_lifetime=settings.max_lifetime_secs,
-            reconnect_timeout=0, name=f"streamling:{describe}"[:63])
+            reconnect_timeout=0, num_workers=1, name=f"streamling:{describe}"[:63])
         self._pool.open(wait=False)
 
     def _connection_class(self) -> type[psycopg.Connection[Any]]:
