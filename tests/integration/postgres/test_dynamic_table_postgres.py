@@ -221,8 +221,8 @@ def test_unreachable_postgres_names_the_node_and_the_settings(tables: Tables) ->
     backend = tables.open(overrides={"dynamic_table_backend": {"postgres": {"port": 1}}})
     before = connect_attempts("127.0.0.1:1")
     with pytest.raises(StreamlingError) as info:
-        call_with_retry(lambda: backend.members(tables.next_epoch()), RetrySettings(max_attempts=2, initial_backoff_ms=1),
-                        "checking the watch list")
+        call_with_retry(lambda: backend.members(tables.next_epoch()),
+                        RetrySettings(max_attempts=2, initial_backoff_ms=1), "checking the watch list")
     text = info.value.headline()
     assert text.startswith("dynamic_table transform 'watch': cannot reach Postgres at 127.0.0.1:1: ")
     assert "check dynamic_table_backend.postgres.*" in text and info.value.retriable
