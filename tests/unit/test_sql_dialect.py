@@ -303,3 +303,16 @@ def test_translated_sql_parses_as_spark() -> None:
 ])
 def test_integer_results_of_functions_divide_as_integers(datafusion: str, spark_sql: str) -> None:
     assert spark(datafusion) == spark_sql
+
+
+def test_kafka_source_filter_is_validated_as_datafusion(tmp_path: Path) -> None:
+    path = tmp_path / "k.yaml"
+    path.write_text(
+        "sources:\n  orders: {type: kafka, topic: orders, data_format: json, schema: {id: int64, status: string},"
+        " filter: \"starts_with(\\\"status\\\", 'x') AND sha2(status, 256) IS NOT NULL\"}\n"
+        "sinks:\n  out: {type: blackhole, from: orders}\n", encoding="utf-8")
+    with pytest.raises(ValidationError) as info:
+        load_pipeline(path)
+    assert [p.headline() for p in info.value.problems] == [
+        "kafka source 'orders': filter: unknown function sha2() (Spark's sha2 is not part of Streamling SQL) "
+        "(did you mean 'sha512', 'sha256', 'sha224'?) [sources.orders.filter (line 2)]"]

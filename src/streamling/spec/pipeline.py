@@ -292,8 +292,7 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
         if spec.kind == "source":
             predicate = getattr(spec.options, "filter", None)
             for problem in expression_problems(predicate) if isinstance(predicate, str) and predicate else []:
-                col.add(f"{path}.filter", f"filter: {problem}", node=spec.name, node_kind=kind,
-                        hint="write the filter in Streamling's (DataFusion's) SQL")
+                col.add(f"{path}.filter", f"filter: {problem}", node=spec.name, node_kind=kind)
             continue
         assert isinstance(spec.options, FromNodeOptions)
         declared_from = spec.options.from_
