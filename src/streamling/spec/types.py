@@ -14,8 +14,8 @@ type (``{"streamling.type": "decimal256(60,0)"}``). Sinks read that metadata bac
 SQL on wide columns: the values are text, so only equality (``=``, ``<>``, ``IN``, ``GROUP BY``,
 ``DISTINCT``) is exact, because the text is canonical (exactly ``scale`` digits after the point,
 no leading zeros, no ``+``, no ``-0``). Ordering and arithmetic on text would be lexicographic or
-go through ``double``; the SQL validator must reject them, using ``wide_columns`` to know which
-columns are wide from the declared schema and ``wide_fields`` from a Spark schema.
+go through ``double``: ``spec/wide_sql.py`` finds such uses for the SQL validator, which learns
+which columns are wide from ``wide_columns`` (a declared schema) or ``wide_fields`` (a Spark schema).
 
 Importable without pyspark or a JVM: Spark and pyarrow are imported inside the methods using them.
 """
