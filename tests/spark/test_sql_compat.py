@@ -65,6 +65,8 @@ CASES: dict[str, tuple[str, Any]] = {
     "rtrim": ("rtrim('a  ')", "a"),
     "left": ("left('abcde', 2)", "ab"),
     "right": ("right('abcde', 2)", "de"),
+    "left_negative": ("left(s, -6)", "Hello"),
+    "right_negative": ("right(s, -6)", "World"),
     "split_part": ("split_part('a,b,c', ',', 2)", "b"),
     "starts_with": ("starts_with(s, 'Hell')", True),
     "ends_with": ("ends_with(s, 'rld')", True),

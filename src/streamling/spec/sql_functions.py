@@ -85,7 +85,7 @@ SAME_IN_SPARK: dict[str, tuple[int, int | None]] = {
     "char_length": (1, 1), "character_length": (1, 1), "lower": (1, 1), "upper": (1, 1),
     "initcap": (1, 1), "concat_ws": (2, None), "lpad": (2, 3), "rpad": (2, 3), "repeat": (2, 2),
     "replace": (3, 3), "reverse": (1, 1), "split_part": (3, 3), "btrim": (1, 2), "trim": (1, 1),
-    "left": (2, 2), "right": (2, 2), "md5": (1, 1), "levenshtein": (2, 2), "find_in_set": (2, 2),
+    "md5": (1, 1), "levenshtein": (2, 2), "find_in_set": (2, 2),
     "substring_index": (3, 3), "uuid": (0, 0), "date_trunc": (2, 2), "make_date": (3, 3),
     "current_date": (0, 0), "named_struct": (2, None), "flatten": (1, 1),
     "array_max": (1, 1), "array_min": (1, 1), "array_append": (2, 2),
@@ -116,6 +116,30 @@ def _substr(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
         return call("substring", text, first)
     length = exp.Sub(this=exp.Add(this=exp.paren(start, copy=False), expression=args[2]), expression=first.copy())
     return call("substring", text, first, call("greatest", length, num(0)))
+
+
+def _non_negative_int(arg: exp.Expression) -> bool:
+    return isinstance(arg, exp.Literal) and arg.is_int
+
+
+def _left(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
+    # DataFusion: a negative n keeps all but the last |n| characters; Spark answers ''.
+    text, n = args
+    if _non_negative_int(n):
+        return call("left", text, n)
+    keep = call("greatest", exp.Add(this=call("char_length", text.copy()), expression=n.copy()), num(0))
+    return exp.If(this=exp.LT(this=n.copy(), expression=num(0)), true=call("substring", text.copy(), num(1), keep),
+                  false=call("left", text, n))
+
+
+def _right(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
+    # DataFusion: a negative n drops the first |n| characters; Spark answers ''.
+    text, n = args
+    if _non_negative_int(n):
+        return call("right", text, n)
+    return exp.If(this=exp.LT(this=n.copy(), expression=num(0)),
+                  true=call("substring", text.copy(), exp.Sub(this=num(1), expression=n.copy())),
+                  false=call("right", text, n))
 
 
 def _hex(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
@@ -409,6 +433,8 @@ BUILDERS: dict[str, Builtin] = {
     "substr": Builtin(2, 3, _substr),
     "substring": Builtin(2, 3, _substr),
     "strpos": Builtin(2, 2, _renamed("instr")),
+    "left": Builtin(2, 2, _left),
+    "right": Builtin(2, 2, _right),
     "instr": Builtin(2, 2, _renamed("instr")),
     "starts_with": Builtin(2, 2, _renamed("startswith")),
     "startswith": Builtin(2, 2, _renamed("startswith")),
