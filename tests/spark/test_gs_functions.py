@@ -266,3 +266,27 @@ def test_flink_json_functions(spark: Any, view: str) -> None:
     assert (r["value"], r["value_int"], r["value_default"], r["value_object"]) == ("x", 10, "dflt", None)
     assert (r["parsed"], r["not_parsed"]) == ('{"a":1}', None)
     assert (r["is_obj"], r["is_scalar"], r["is_null"]) == (True, False, False)
+
+
+def test_pipeline_sql_reaches_the_functions(runner: Any, tmp_path: Any, read_delta: Any) -> None:
+    """Through the translator and the session's registered UDFs, as a pipeline writes them."""
+    out = tmp_path / "out"
+    runner.run(f"""
+        sources:
+          orders: {{type: generate, rows: 6, rows_per_batch: 3, primary_key: id}}
+        transforms:
+          shaped:
+            type: sql
+            sql: >-
+              SELECT id, _gs_split_string_to_array(customer, '-') AS parts,
+                     _GS_XXHASH(customer) AS hashed, uuid7() AS uid,
+                     u256_to_string(u256_add(to_u256(id), to_u256('1'))) AS next_id
+              FROM orders
+        sinks:
+          out: {{type: delta, from: shaped, path: "{out}"}}
+    """)
+    rows = read_delta(out)
+    assert [r["id"] for r in rows] == list(range(6))
+    assert all(r["parts"][0] == "customer" and len(r["hashed"]) == 32 for r in rows)
+    assert [r["next_id"] for r in rows] == [str(i + 1) for i in range(6)]
+    assert len({r["uid"] for r in rows}) == 6
