@@ -277,5 +277,11 @@ def cast_udf(udf_name: str, returning: Callable[[list[exp.Expression]], str | No
     def rewrite(args: list[exp.Expression]) -> exp.Expression:
         kind = returning(args)
         result = call(udf_name, args)
-        return result if kind is None else exp.cast(result, exp.DataType.build(kind, dialect="spark"))
+        if kind is None:
+            return result
+        try:
+            target = exp.DataType.build(kind, dialect="spark")
+        except (sqlglot.errors.ParseError, ValueError) as exc:
+            raise user_error("", f"RETURNING {kind!r} is not a SQL type") from exc
+        return exp.cast(result, target)
     return rewrite
