@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SRC_TAG = "__sl_src"
-_NOT_FINGERPRINTED = {"telemetry", "description"}
+#: Keys that change how a node runs, not which rows it reads or writes: a checkpoint stays valid.
+_NOT_FINGERPRINTED = {"telemetry", "description", "parallelism", "batch_size", "batch_flush_interval"}
 
 
 class EpochNotStarted(Exception):
@@ -58,13 +59,13 @@ def evaluate(plan: Plan, flow: Flow, spark: SparkSession, raw: dict[str, DataFra
     """
     frames: dict[str, DataFrame] = {}
     for source in plan.sources(flow):
-        frames[source.name] = source.decode(raw[source.name], epoch)
+        frames[source.name] = source.spread(source.decode(raw[source.name], epoch))
         if source.name == upto:
             return frames
     for spec in flow.transforms:
         node = plan.nodes[spec.name]
         assert isinstance(node, Transform)
-        frames[spec.name] = node.apply(spark, {u: frames[u] for u in spec.upstream}, epoch)
+        frames[spec.name] = node.apply(spark, {u: node.spread(frames[u]) for u in spec.upstream}, epoch)
         if spec.name == upto:
             break
     return frames
@@ -166,8 +167,8 @@ class FlowRunner:
         after = f"after epoch {committed}" + (f" (the checkpoint's last committed offsets: {offsets})"
                                               if offsets else "")
         backfill = ("To backfill, run under a new application_id: it reads the sources from their start"
-                    + ("; for Kafka, the consumer group (default <application_id>.<node>) and the state-backend "
-                       "offsets follow application_id too" if any(s.ctx.spec.type == "kafka" for s in self.sources)
+                    + ("; a Kafka source then starts at its starting_offsets, since its state-backend offsets are "
+                       "kept per application_id" if any(s.ctx.spec.type == "kafka" for s in self.sources)
                        else "") + ".")
         if not isinstance(recorded, dict):
             if committed is None:
@@ -369,7 +370,7 @@ class FlowRunner:
                 for other in inputs[1:]:
                     df = df.unionByName(other, allowMissingColumns=True)
                 t0 = time.perf_counter()
-                rows[sink.name] = self._write(sink, df, epoch)
+                rows[sink.name] = self._write(sink, sink.spread(df), epoch)
                 durations[sink.name] = (time.perf_counter() - t0) * 1000
         finally:
             if fan_out:
