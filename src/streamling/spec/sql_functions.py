@@ -78,12 +78,12 @@ SAME_IN_SPARK: dict[str, tuple[int, int | None]] = {
     "ceil": (1, 1), "cos": (1, 1), "cosh": (1, 1), "cot": (1, 1), "degrees": (1, 1), "exp": (1, 1),
     "floor": (1, 1), "radians": (1, 1), "signum": (1, 1), "sin": (1, 1), "sinh": (1, 1), "sqrt": (1, 1),
     "tan": (1, 1), "tanh": (1, 1), "pi": (0, 0), "isnan": (1, 1), "nanvl": (2, 2),
-    "round": (1, 2), "log2": (1, 1), "log10": (1, 1), "ln": (1, 1),
+    "round": (1, 2),
     "coalesce": (1, None), "nullif": (2, 2), "nvl": (2, 2), "nvl2": (3, 3),
     "greatest": (1, None), "least": (1, None),
     "ascii": (1, 1), "bit_length": (1, 1), "octet_length": (1, 1), "length": (1, 1),
     "char_length": (1, 1), "character_length": (1, 1), "lower": (1, 1), "upper": (1, 1),
-    "initcap": (1, 1), "concat_ws": (2, None), "lpad": (2, 3), "rpad": (2, 3), "repeat": (2, 2),
+    "concat_ws": (2, None), "lpad": (2, 3), "rpad": (2, 3), "repeat": (2, 2),
     "replace": (3, 3), "reverse": (1, 1), "split_part": (3, 3), "btrim": (1, 2), "trim": (1, 1),
     "md5": (1, 1), "levenshtein": (2, 2), "find_in_set": (2, 2),
     "substring_index": (3, 3), "uuid": (0, 0), "date_trunc": (2, 2), "make_date": (3, 3),
@@ -168,9 +168,19 @@ def _digest(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
     return _DIGESTS[algorithm](args[0])
 
 
+def _float_log(spark_name: str, value: exp.Expression) -> exp.Expression:
+    """A logarithm with IEEE answers outside its domain, as DataFusion's (Rust's f64) are: −∞ at 0,
+    NaN below; Spark answers NULL for both."""
+    return exp.Case(ifs=[
+        exp.If(this=exp.GT(this=value.copy(), expression=num(0)), true=call(spark_name, value.copy())),
+        exp.If(this=exp.EQ(this=value.copy(), expression=num(0)), true=cast(lit("-Infinity"), "double")),
+        exp.If(this=exp.LT(this=value, expression=num(0)), true=cast(lit("NaN"), "double")),
+    ])
+
+
 def _log(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
     # DataFusion's one-argument log is base 10; Spark's is natural.
-    return call("log10", args[0]) if len(args) == 1 else call("log", args[0], args[1])
+    return _float_log("log10", args[0]) if len(args) == 1 else call("log", args[0], args[1])
 
 
 def _trunc(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
@@ -433,6 +443,7 @@ BUILDERS: dict[str, Builtin] = {
     "substr": Builtin(2, 3, _substr),
     "substring": Builtin(2, 3, _substr),
     "strpos": Builtin(2, 2, _renamed("instr")),
+    "substr_index": Builtin(3, 3, _renamed("substring_index")),
     "left": Builtin(2, 2, _left),
     "right": Builtin(2, 2, _right),
     "instr": Builtin(2, 2, _renamed("instr")),
@@ -452,6 +463,9 @@ BUILDERS: dict[str, Builtin] = {
     "digest": Builtin(2, 2, _digest),
     "random": Builtin(0, 0, _renamed("rand")),
     "log": Builtin(1, 2, _log),
+    "log10": Builtin(1, 1, lambda a, _t: _float_log("log10", a[0])),
+    "log2": Builtin(1, 1, lambda a, _t: _float_log("log2", a[0])),
+    "ln": Builtin(1, 1, lambda a, _t: _float_log("ln", a[0])),
     "power": Builtin(2, 2, _power),
     "pow": Builtin(2, 2, _power),
     "trunc": Builtin(1, 2, _trunc),
@@ -526,6 +540,8 @@ NOT_FAITHFUL: dict[str, str] = {
     "range": "range (a table function) has no streaming equivalent; use _gs_generate_series",
     "generate_series": "generate_series (a table function) has no streaming equivalent; use _gs_generate_series",
     "overlay": "overlay is not supported; combine substr and concat",
+    "initcap": "DataFusion starts a word after any non-alphanumeric character, Spark's initcap only after "
+               "white space; write upper(left(s, 1)) || lower(substr(s, 2)) for a single word",
     "array_distinct": ("array_distinct's output order is not guaranteed to match on Spark; "
                                   "deduplicate with a sink primary key instead"),
 }
