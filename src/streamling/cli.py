@@ -44,6 +44,20 @@ def setup_logging(fmt: str, debug: bool, capture: io.StringIO | None = None) -> 
     root.setLevel(logging.DEBUG if debug else logging.INFO)
     for noisy in ("py4j", "pyspark", "httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_spark_python_logs(debug)
+
+
+def quiet_spark_python_logs(debug: bool) -> None:
+    """PySpark's own error reports duplicate ours: py4j logs the Python traceback of every failed
+    ``foreachBatch`` call, and PySpark logs a JSON line with the whole plan for an analysis error.
+    Each failure is reported once, by the node that failed; ``--debug`` shows theirs as well."""
+    level = logging.DEBUG if debug else logging.CRITICAL
+    for name in ("py4j.clientserver", "py4j.java_gateway"):
+        logging.getLogger(name).setLevel(level)
+    from pyspark.logger import PySparkLogger  # its loggers must be created as PySparkLogger (they take extra kwargs)
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(level)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,7 +96,8 @@ class _Progress:
                 sys.stderr.flush()
             else:
                 log.info("flow %s: epoch %d finalized (%d input rows)", event.flow, event.epoch, event.input_rows)
-        elif isinstance(event, ev.PipelineError):
+        elif isinstance(event, ev.PipelineError) and event.retriable:
+            # a failure being retried; a terminal one is reported once, as the run's error
             if self.tty:
                 sys.stderr.write("\n")
             log.warning("%s%s", f"node '{event.node}': " if event.node else "", event.message)

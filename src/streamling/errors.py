@@ -78,12 +78,14 @@ class StreamlingError(Exception):
         return "\n".join(lines)
 
     def describe(self, debug: bool = False) -> str:
-        """The message plus its cause chain (``Caused by:``); Java traces only when ``debug``."""
+        """One line: what failed, where, and what to do. With ``debug`` the cause chain follows
+        (``Caused by:``, Java traces included): the chain's intermediate links name the nodes the
+        failure passed through (a sink collecting a transform's rows), which misleads without the
+        whole picture."""
         out = [str(self)]
-        cause = self.__cause__
+        cause = self.__cause__ if debug else None
         while cause is not None:
-            text = str(cause) if debug else _first_line(str(cause))
-            out.append(f"Caused by: {type(cause).__name__}: {text}")
+            out.append(f"Caused by: {type(cause).__name__}: {cause}")
             cause = cause.__cause__
         return "\n".join(out)
 

@@ -80,6 +80,31 @@ def test_validate_prints_one_json_object(tmp_path: Path) -> None:
         "[\"id\", \"customer\", \"country\", \"amount\", \"quantity\", \"created_at\", \"_gs_op\"]"]
 
 
+def test_a_failing_node_is_one_error_line_naming_it(tmp_path: Path) -> None:
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("""
+sources:
+  s: {type: generate, rows: 20, primary_key: id}
+transforms:
+  js:
+    type: script
+    from: s
+    script: 'function process(input) { if (input.id === 3) throw new Error("boom"); return input; }'
+sinks:
+  out: {type: print, from: js}
+""")
+    proc = streamling(str(pipeline), cwd=tmp_path)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert [e.split(" ERROR ", 1)[1] for e in errors] == [
+        "streamling: script transform 'js': row 3 of the batch (id=3): Error: boom (script line 1) — fix the "
+        "script or the row"]
+    # no py4j tracebacks, no cause chain through the sink that collected the rows, no JVM start-up chatter
+    for noise in ("Traceback", "Caused by", "print sink", "Using incubator modules", "Setting default log level"):
+        assert noise not in proc.stderr, noise
+    assert len(proc.stderr.strip().splitlines()) <= 4, proc.stderr
+
+
 def test_missing_pipeline_file_is_a_clear_error(tmp_path: Path) -> None:
     proc = streamling(cwd=tmp_path, timeout=60)
     assert proc.returncode == 1

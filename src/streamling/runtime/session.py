@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from streamling.config import Settings
 from streamling.errors import StreamlingError
 from streamling.functions.catalog import register_udfs
+from streamling.runtime.jvm_output import launch_with_filtered_stderr
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -134,7 +135,7 @@ def build_session(settings: Settings, app_name: str = "streamling") -> SparkSess
         builder = builder.config("spark.executor.memory", "1g")
     for key, value in settings.spark.conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = launch_with_filtered_stderr(builder.getOrCreate)
     spark.sparkContext.setLogLevel("ERROR")
     _apply_runtime_settings(spark, settings)
     register_udfs(spark)  # Streamling's SQL functions, before any query can call them
