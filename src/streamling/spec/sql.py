@@ -56,6 +56,11 @@ def _parse(sql: str, read: type[DataFusion] | str = DIALECT) -> exp.Expression:
     return tree
 
 
+def parse_user_sql(sql: str) -> exp.Expression:
+    """A user's query as Streamling reads it (DataFusion's dialect), untranslated."""
+    return _parse(sql)
+
+
 def _cte_names(tree: exp.Expression) -> set[str]:
     return {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
 

@@ -38,8 +38,10 @@ def _wide_column(node: exp.Expression, wide: Mapping[str, ColumnType]) -> tuple[
     """The wide column an operand is (through parentheses), if any."""
     while isinstance(node, exp.Paren):
         node = node.this
-    if isinstance(node, exp.Column) and node.name in wide:
-        return node.name, wide[node.name]
+    if isinstance(node, exp.Column):
+        for name in (node.name, node.name.lower()):  # unquoted names fold to lower case
+            if name in wide:
+                return name, wide[name]
     return None
 
 

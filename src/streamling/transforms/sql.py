@@ -63,10 +63,25 @@ class UpstreamSql:
         typed = {k: v for k, v in columns.items() if k not in clashes}
         key = tuple(sorted(typed.items()))
         if key != self._typed_for:
+            self._check_wide_columns(inputs)
             sql = self._rewrite(typed)
             self.sql = self.post(sql) if self.post is not None else sql
             self._typed_for = key
         return self.sql
+
+    def _check_wide_columns(self, inputs: dict[str, DataFrame]) -> None:
+        """Decimals wider than Spark's 38 digits travel as exact text: SQL may only use them exactly
+        (equality, IN, grouping). Anything else is refused when the query is planned — at
+        ``--validate`` and before the first epoch — rather than computed on text."""
+        from streamling.spec.sql import parse_user_sql
+        from streamling.spec.types import wide_fields
+        from streamling.spec.wide_sql import wide_decimal_problems
+
+        wide = {k.lower(): v for df in inputs.values() for k, v in wide_fields(df.schema).items()}
+        problems = wide_decimal_problems(parse_user_sql(self.source), wide) if wide else []
+        if problems:
+            raise self.ctx.error(f"SQL is not exact on wide decimals: {problems[0]}", hint="change the query in 'sql'",
+                                 code="sql_invalid")
 
     def run(self, spark: SparkSession, inputs: dict[str, DataFrame], epoch: Epoch | None,
             before: Callable[[], None] | None = None) -> DataFrame:
