@@ -39,8 +39,9 @@ def test_filled_from_the_same_epoch_and_checked_with_values_lists_and_nulls(runn
                      dynamic_table_check('big_spenders', array('nobody', NULL, customer)) AS any_big,
                      dynamic_table_check('big_spenders', CAST(NULL AS STRING)) AS null_value,
                      dynamic_table_check('big_spenders', CAST(array() AS ARRAY<STRING>)) AS empty_list,
-                     dynamic_table_check('big_spenders', CAST(NULL AS ARRAY<STRING>)) AS null_list
-              FROM orders
+                     dynamic_table_check('big_spenders', CAST(NULL AS ARRAY<STRING>)) AS null_list,
+                     dynamic_table_check(tbl, customer) AS by_column
+              FROM (SELECT 'big_spenders' AS tbl, * FROM orders) AS o
           big_only:
             type: sql
             sql: SELECT id FROM orders WHERE dynamic_table_check('big_spenders', customer)
@@ -62,6 +63,7 @@ def test_filled_from_the_same_epoch_and_checked_with_values_lists_and_nulls(runn
         assert row["any_big"] is big, row
         assert row["late_known"] is (row["id"] >= PER_EPOCH), row  # added in epoch 1, kept after
         assert row["null_value"] is None and row["null_list"] is None and row["empty_list"] is False
+        assert row["by_column"] is big, row  # the table named by a constant column
     assert sorted(r["id"] for r in read_delta(big_path)) == sorted(
         i for i, r in expected.items() if r["amount"] > THRESHOLD)
     backend = run.plan.nodes["big_spenders"].backend  # type: ignore[attr-defined]

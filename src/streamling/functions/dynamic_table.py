@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Set
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from streamling.errors import StreamlingError
-from streamling.spec.sql import rewrite_dynamic_table_calls
+from streamling.spec.sql import DYNAMIC_TABLE_CHECK, rewrite_dynamic_table_calls
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -90,6 +90,34 @@ def lookup_udf(members: frozenset[str]) -> Any:
     return cast(Any, arrow_udf)(dynamic_table_check, "boolean")
 
 
+def lookup_by_name_udf(tables: Mapping[str, frozenset[str]], node: str) -> Any:
+    """An Arrow UDF for ``dynamic_table_check(column, value)``: the column names the table, and all
+    its rows must name the same one (Streamling's rule); an unknown or mixed name fails the node."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql.functions import arrow_udf
+
+    from streamling.errors import NodeFailure
+
+    def dynamic_table_check(names: pa.Array, values: pa.Array) -> pa.Array:
+        distinct = [n for n in pc.unique(names.cast(pa.string())).to_pylist() if n is not None]
+        if not distinct:
+            return pa.nulls(len(values), type=pa.bool_())
+        if len(distinct) > 1:
+            raise NodeFailure(node, "sql transform", f"{DYNAMIC_TABLE_CHECK}: the table column holds several names "
+                              f"in one batch ({', '.join(sorted(distinct)[:5])}); every row must name the same table",
+                              "pass the table's name as a string literal, or one name per transform")
+        name = distinct[0]
+        if name not in tables:
+            raise NodeFailure(node, "sql transform", f"{DYNAMIC_TABLE_CHECK}: dynamic table '{name}' is not defined "
+                              f"in the pipeline (defined: {', '.join(sorted(tables)) or 'none'})",
+                              "name a dynamic_table node of this pipeline")
+        return check_membership(values, tables[name])
+
+    dynamic_table_check.__annotations__ = {"names": pa.Array, "values": pa.Array, "return": pa.Array}
+    return cast(Any, arrow_udf)(dynamic_table_check, "boolean")
+
+
 class DynamicTableChecks:
     """The ``dynamic_table_check`` calls of one SQL transform, bound to the plan's tables.
 
@@ -100,15 +128,18 @@ class DynamicTableChecks:
     """
 
     def __init__(self, tables: list[str], node: str, registry: Mapping[str, DynamicTableBackend] | None,
-                 error: Callable[..., StreamlingError]) -> None:
+                 error: Callable[..., StreamlingError], by_column: bool = False) -> None:
         token = uuid.uuid4().hex[:8]
         stem = re.sub(r"[^A-Za-z0-9_]", "_", node)[:40]
         self.functions = {t: f"__sl_dtc_{stem}_{token}_{i}" for i, t in enumerate(tables)}
+        #: the function for calls naming the table with a column: it reads every table of the plan
+        self.by_column = f"__sl_dtc_{stem}_{token}_by_name" if by_column else None
+        self.node = node
         self.registry = registry
         self.error = error
 
     def rewrite(self, sql: str) -> str:
-        return rewrite_dynamic_table_calls(sql, self.functions)
+        return rewrite_dynamic_table_calls(sql, self.functions, self.by_column)
 
     def register(self, spark: SparkSession, epoch: Epoch | None) -> None:
         """Read each table's members for ``epoch`` (nothing when only planning) and register the UDFs."""
@@ -119,3 +150,8 @@ class DynamicTableChecks:
                                  "topology", code="dynamic_table_missing")
             members = backend.members(epoch) if epoch is not None else frozenset()
             spark.udf.register(function, lookup_udf(members))
+        if self.by_column is not None:
+            registry = self.registry or {}
+            every = {name: backend.members(epoch) if epoch is not None else frozenset()
+                     for name, backend in registry.items()}
+            spark.udf.register(self.by_column, lookup_by_name_udf(every, self.node))

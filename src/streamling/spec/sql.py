@@ -37,6 +37,8 @@ class SqlAnalysis:
     parse_error: str | None = None
     #: distinct table names given to ``dynamic_table_check`` (string literals)
     dynamic_tables: list[str] = field(default_factory=list)
+    #: a ``dynamic_table_check`` call names its table with a column (whose rows hold one name)
+    dynamic_table_by_column: bool = False
 
 
 def _table_name(table: exp.Table) -> str:
@@ -107,7 +109,7 @@ def analyze_sql(sql: str) -> SqlAnalysis:
     checks: list[tuple[type[exp.Expression], str]] = [
         (exp.Join, "joins are not supported: a transform sees one micro-batch at a time"),
         (exp.Group, "GROUP BY (aggregation) is not supported in a stateless transform; "
-                    "use a postgres_aggregate sink or aggregate downstream"),
+                    "aggregate downstream, e.g. in the sink's database (a view over the table)"),
         (exp.Having, "HAVING is not supported in a stateless transform"),
         (exp.Window, "window functions (OVER …) are not supported in a stateless transform"),
         (exp.Order, "ORDER BY is not supported: order across micro-batches is not defined"),
@@ -136,9 +138,11 @@ def analyze_sql(sql: str) -> SqlAnalysis:
         if len(args) != 2:
             out.problems.append(f"{DYNAMIC_TABLE_CHECK} takes 2 arguments (table name, value or list), "
                                 f"found {len(args)}")
+        elif isinstance(args[0], exp.Column):
+            out.dynamic_table_by_column = True  # the name comes with the rows; checked per batch
         elif not (isinstance(args[0], exp.Literal) and args[0].is_string):
-            out.problems.append(f"the first argument of {DYNAMIC_TABLE_CHECK} must be the dynamic table's name "
-                                f"as a string literal, found {args[0].sql(dialect=SPARK)}")
+            out.problems.append(f"the first argument of {DYNAMIC_TABLE_CHECK} must be the dynamic table's name, "
+                                f"as a string literal or a column holding it, found {args[0].sql(dialect=SPARK)}")
         elif args[0].name not in out.dynamic_tables:
             out.dynamic_tables.append(args[0].name)
     if any(True for _ in tree.find_all(exp.AggFunc)) and not any(
@@ -181,8 +185,9 @@ def dynamic_table_sql_problems(sql: str) -> list[str]:
     return []
 
 
-def rewrite_dynamic_table_calls(sql: str, functions: Mapping[str, str]) -> str:
-    """``dynamic_table_check('t', v)`` → ``<functions['t']>(v)``: one per-epoch lookup function per table.
+def rewrite_dynamic_table_calls(sql: str, functions: Mapping[str, str], by_column: str | None = None) -> str:
+    """``dynamic_table_check('t', v)`` → ``<functions['t']>(v)``: one per-epoch lookup function per table;
+    ``dynamic_table_check(col, v)`` → ``<by_column>(col, v)``, which finds the table per batch.
 
     Reads and writes Spark SQL: it runs on the translated query."""
     tree = _parse(sql, SPARK)
@@ -190,6 +195,8 @@ def rewrite_dynamic_table_calls(sql: str, functions: Mapping[str, str]) -> str:
         args = call.expressions
         if len(args) == 2 and isinstance(args[0], exp.Literal) and args[0].name in functions:
             call.replace(exp.Anonymous(this=functions[args[0].name], expressions=[args[1].copy()]))
+        elif len(args) == 2 and by_column is not None and not isinstance(args[0], exp.Literal):
+            call.replace(exp.Anonymous(this=by_column, expressions=[args[0].copy(), args[1].copy()]))
     return tree.sql(dialect=SPARK)
 
 

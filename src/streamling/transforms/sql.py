@@ -107,9 +107,11 @@ class SqlTransform(Transform):
         super().__init__(ctx)
         assert isinstance(self.options, SqlTransformOptions)
         self.query = UpstreamSql(ctx, self.options.sql, carry_gs_op=True)
-        tables = analyze_sql(self.options.sql).dynamic_tables
-        self.checks = DynamicTableChecks(tables, self.name, ctx.extras.get("dynamic_tables"),
-                                         ctx.error) if tables else None
+        analysis = analyze_sql(self.options.sql)
+        tables = analysis.dynamic_tables
+        self.checks = DynamicTableChecks(tables, self.name, ctx.extras.get("dynamic_tables"), ctx.error,
+                                         by_column=analysis.dynamic_table_by_column) \
+            if tables or analysis.dynamic_table_by_column else None
         if self.checks is not None:
             self.query.post = self.checks.rewrite
             self.query.sql = self.checks.rewrite(self.query.sql)
