@@ -12,7 +12,7 @@ from psycopg import errors as pg_errors
 
 from streamling.config.settings import RetrySettings
 from streamling.errors import StreamlingError
-from streamling.postgres import StatementBoundExceeded, is_transient, mask
+from streamling.postgres import StatementBoundExceeded, is_authentication_failure, is_transient, mask
 from streamling.runtime.retry import STOPPED, call_with_retry, clear_stop, request_stop
 
 FAST = RetrySettings(max_attempts=4, initial_backoff_ms=1, max_backoff_ms=2)
@@ -89,6 +89,17 @@ def test_a_stop_request_interrupts_the_backoff_and_names_the_node() -> None:
 ])
 def test_postgres_failures_are_classified_once_for_every_user(exc: BaseException, transient: bool) -> None:
     assert is_transient(exc) is transient
+
+
+@pytest.mark.parametrize(("exc", "auth"), [
+    (psycopg.OperationalError('connection failed: FATAL:  password authentication failed for user "x"'), True),
+    (pg_errors.InvalidPassword("wrong"), True),
+    (pg_errors.InvalidAuthorizationSpecification("no such role"), True),
+    (pg_errors.NotNullViolation("null in name"), False),
+    (psycopg.OperationalError("connection refused"), False),
+])
+def test_refused_logins_are_told_apart_from_data_errors(exc: BaseException, auth: bool) -> None:
+    assert is_authentication_failure(exc) is auth
 
 
 def test_secrets_are_masked() -> None:

@@ -11,7 +11,7 @@ from streamling.spec.sql import GS_OP, analyze_sql, rewrite_sql
 
 JOIN = "joins are not supported: a transform sees one micro-batch at a time"
 GROUP_BY = ("GROUP BY (aggregation) is not supported in a stateless transform; "
-            "use a postgres_aggregate sink or aggregate downstream")
+            "aggregate downstream, e.g. in the sink's database (a view over the table)")
 HAVING = "HAVING is not supported in a stateless transform"
 WINDOW = "window functions (OVER …) are not supported in a stateless transform"
 ORDER_BY = "ORDER BY is not supported: order across micro-batches is not defined"

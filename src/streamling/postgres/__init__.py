@@ -6,7 +6,14 @@ one that is not, and ``mask`` keeps passwords out of messages. Nothing here retr
 ``StreamlingError(retriable=is_transient(exc))`` and the flow retries with one policy.
 """
 
-from streamling.postgres.errors import StatementBoundExceeded, first_line, is_transient, mask, sqlstate_prefix
+from streamling.postgres.errors import (
+    StatementBoundExceeded,
+    first_line,
+    is_authentication_failure,
+    is_transient,
+    mask,
+    sqlstate_prefix,
+)
 from streamling.postgres.pool import PoolSettings, PostgresPool, connect_attempts
 
 __all__ = [
@@ -15,6 +22,7 @@ __all__ = [
     "StatementBoundExceeded",
     "connect_attempts",
     "first_line",
+    "is_authentication_failure",
     "is_transient",
     "mask",
     "sqlstate_prefix",

@@ -22,6 +22,10 @@ _TRANSIENT_CODES = frozenset({"40001", "40P01", "55P03", "25006"})
 _TERMINAL_TEXT = ("authentication failed", "does not exist", "pg_hba.conf", "permission denied",
                   "does not support ssl", "invalid sslmode", "invalid connection option", "certificate",
                   "invalid port", "invalid integer value", "no password supplied")
+# Invalid authorization specification / invalid password, and how libpq words them before a session
+# exists (a refused login carries no SQLSTATE in psycopg).
+_AUTH_CODES = frozenset({"28000", "28P01"})
+_AUTH_TEXT = ("password authentication failed", "no password supplied", "authentication failed")
 _PASSWORD_IN_TEXT = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 
@@ -44,6 +48,14 @@ def is_transient(exc: BaseException) -> bool:
             return not any(marker in text for marker in _TERMINAL_TEXT)
         return False
     return is_retriable(exc)
+
+
+def is_authentication_failure(exc: BaseException) -> bool:
+    """True when Postgres refused the login itself: the fix is the credentials, not the data."""
+    state = getattr(exc, "sqlstate", None)
+    if state:
+        return state in _AUTH_CODES
+    return isinstance(exc, psycopg.Error) and any(marker in str(exc).lower() for marker in _AUTH_TEXT)
 
 
 def first_line(exc: BaseException) -> str:

@@ -542,9 +542,16 @@ class PostgresSink(Sink):
             raise self._database_error(exc, what) from exc
 
     def _database_error(self, exc: BaseException, what: str) -> StreamlingError:
-        from streamling.postgres import first_line, is_transient, sqlstate_prefix
+        from streamling.postgres import first_line, is_authentication_failure, is_transient, sqlstate_prefix
 
         detail = self._mask(first_line(exc))
+        if is_authentication_failure(exc):
+            return self._error(
+                f"Postgres at {self.target} refused the login of user '{self.conn_settings.user}' ({what}): "
+                f"{sqlstate_prefix(exc)}{detail}",
+                code="postgres_auth",
+                hint="check postgres_sink.user/pass (STREAMLING__POSTGRES_SINK__PASS, or "
+                     "STREAMLING__POSTGRES_SINK_CONNECTIONS__<SINK>__PASS for this sink); this error is not retried")
         if is_transient(exc):
             return self._error(
                 f"cannot write to Postgres at {self.target} ({what}): {sqlstate_prefix(exc)}{detail}",

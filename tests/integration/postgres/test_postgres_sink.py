@@ -341,6 +341,30 @@ def test_unreachable_server_fails_after_bounded_retries(h: Harness, pg_environ: 
         harness.close()
 
 
+def test_wrong_password_points_at_the_credentials_not_the_data(h: Harness, pg_environ: Mapping[str, str],
+                                                               unique_name: str) -> None:
+    """A refused login is a settings problem: the hint names the user/pass keys, nothing is retried."""
+    environ = {**pg_environ, "STREAMLING__POSTGRES_SINK__PASS": "not-the-password"}
+    harness = Harness(h.spark, environ)
+    try:
+        policy = {"max_attempts": 5, "initial_backoff_ms": 2000}
+        sink = harness.sink(unique_name, open_now=False, overrides={"retry": policy})
+        env = pg_environ
+        target = f"127.0.0.1:{env['STREAMLING__POSTGRES_SINK__PORT']}/{env['STREAMLING__POSTGRES_SINK__DB']}"
+        before = connect_attempts(target)
+        with pytest.raises(StreamlingError) as info:
+            call_with_retry(lambda: harness.write(sink, [(1, "a", 1.0, "i")]), RetrySettings(**policy), "writing")
+        assert connect_attempts(target) == before + 1  # not retried
+        err = info.value
+        text = err.describe(debug=True)
+        assert not err.retriable and err.node == SINK and err.code == "postgres_auth"
+        assert "password authentication failed" in text and "refused the login of user" in text
+        assert "check postgres_sink.user/pass (STREAMLING__POSTGRES_SINK__PASS" in text
+        assert "fix the table or the data" not in text and "not-the-password" not in text
+    finally:
+        harness.close()
+
+
 def test_a_hung_connection_is_dropped_after_twice_the_statement_timeout(
         h: Harness, pg: Any, unique_name: str, caplog: pytest.LogCaptureFixture) -> None:
     """A server that stops answering without closing the socket (its backend SIGSTOPped, loopback
