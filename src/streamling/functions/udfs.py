@@ -29,7 +29,7 @@ def udf_name(function: str) -> str:
 @dataclass(frozen=True)
 class Udf:
     body: Callable[..., pa.Array]
-    returns: str  #: Spark DDL type
+    returns: str  #: Spark type name: string, binary, boolean, int or bigint
     deterministic: bool = True
 
 
@@ -102,10 +102,14 @@ def _whole_batch(body: Callable[..., pa.Array]) -> Callable[..., pa.Array]:
 
 def register(spark: SparkSession) -> None:
     """Register every UDF of ``UDFS`` in ``spark`` under its prefixed name."""
+    from pyspark.sql import types as T
     from pyspark.sql.functions import arrow_udf
 
+    # DataType objects, not DDL text: DDL would be parsed by the JVM, one round trip per UDF.
+    kinds = {"string": T.StringType(), "binary": T.BinaryType(), "boolean": T.BooleanType(),
+             "int": T.IntegerType(), "bigint": T.LongType()}
     for name, udf in UDFS.items():
-        function = arrow_udf(_whole_batch(udf.body), udf.returns)  # type: ignore[call-overload]
+        function = arrow_udf(_whole_batch(udf.body), kinds[udf.returns])  # type: ignore[call-overload]
         if not udf.deterministic:
             function = function.asNondeterministic()
         spark.udf.register(name, function)
