@@ -49,7 +49,7 @@ def view(spark: Any) -> str:
     spark.sql("""
         SELECT * FROM VALUES
           (1, 'a b  c', 'a.b..c', 'FF', '16', '10', 'Hello', '0x0A0b', 1, 5, 2, 'a.b.c'),
-          (2, NULL,     '',       'zz', '16', '10', NULL,    'xyz',    5, 1, -2, NULL),
+          (2, NULL,     '',       'zz', '16', '10', NULL,    '0XFF',   5, 1, -2, NULL),
           (3, '',       'x',      '-1010_1', '2', '16', '',  NULL,     1, 1, NULL, 'x')
         AS t(id, words, dotted, num, src, dst, text, hexed, lo, hi, step, path)
     """).createOrReplaceTempView("t")
@@ -65,6 +65,7 @@ def test_gs_functions_expressed_in_spark(spark: Any, view: str) -> None:
         "series": ("_gs_generate_series", "lo", "hi"),
         "stepped": ("_gs_generate_series", "lo", "hi", "step"),
         "hex_bytes": ("_gs_hex_to_byte", "hexed"),
+        "bad_hex": ("_gs_hex_to_byte", "'0x123'"),
         "back_hex": ("_gs_byte_to_hex", "unhex('0A0B')"),
         "json_num": ("json_string", "id"),
         "json_text": ("json_string", "text"),
@@ -80,7 +81,8 @@ def test_gs_functions_expressed_in_spark(spark: Any, view: str) -> None:
     assert rows[0]["chars"] == ["", "a", "b", ""]
     assert [r["series"] for r in rows] == [[1, 2, 3, 4, 5], [], [1]]
     assert [r["stepped"] for r in rows] == [[1, 3, 5], [5, 3, 1], [1]]
-    assert [r["hex_bytes"] for r in rows] == [b"\x0a\x0b", b"", b""]
+    assert [r["hex_bytes"] for r in rows] == [b"\x0a\x0b", b"\xff", b""]
+    assert rows[0]["bad_hex"] == b""
     assert rows[0]["back_hex"] == "0a0b"
     assert [r["json_num"] for r in rows] == ["1", "2", "3"]
     assert [r["json_text"] for r in rows] == ['"Hello"', None, '""']

@@ -180,10 +180,10 @@ def identity(args: list[exp.Expression]) -> exp.Expression:
 
 
 byte_to_hex = template("lower(hex(_a0))")
-#: Hex with an optional ``0x``; odd length, a non-hex character or NULL give empty bytes.
+#: Hex with an optional ``0x``/``0X``; odd length, a non-hex character or NULL give empty bytes.
 hex_to_byte = template(
-    "CASE WHEN _a0 RLIKE '^(0x)?([0-9a-fA-F][0-9a-fA-F])*\\\\z' "
-    "THEN unhex(CASE WHEN startswith(_a0, '0x') THEN substr(_a0, 3) ELSE _a0 END) ELSE X'' END")
+    "CASE WHEN _a0 RLIKE '^(0[xX])?([0-9a-fA-F][0-9a-fA-F])*\\\\z' "
+    "THEN unhex(regexp_replace(_a0, '^0[xX]', '')) ELSE X'' END")
 reverse_bytes = template(
     "CASE WHEN _a0 IS NULL THEN NULL ELSE unhex(concat_ws('', reverse(regexp_extract_all(hex(_a0), '(..)', 1)))) END")
 map_to_array_struct = template("map_entries(_a0)")
