@@ -120,7 +120,7 @@ FUNCTIONS: dict[str, SqlFunction] = {
         _expr("json_string", 1, 1, "any value as JSON text; NULL stays NULL", x.json_string),
         _udf("_gs_from_base58", 1, 1, "base58 → binary; invalid or NULL gives empty bytes"),
         _udf("_gs_to_base58", 1, 1, "binary → base58"),
-        _expr("_gs_hex_to_byte", 1, 1, "hex (optional 0x) → binary; invalid or NULL gives empty bytes",
+        _expr("_gs_hex_to_byte", 1, 1, "hex (optional 0x or 0X) → binary; invalid or NULL gives empty bytes",
               x.hex_to_byte),
         _expr("_gs_byte_to_hex", 1, 1, "binary → lower-case hex text; NULL stays NULL", x.byte_to_hex),
         _expr("reverse_bytes32", 1, 1, "binary with its bytes reversed; NULL stays NULL", x.reverse_bytes),
