@@ -80,6 +80,18 @@ function process(input) {
     assert {r["_gs_op"] for r in rows} == {"i"}
 
 
+def test_new_keys_become_columns_without_schema_and_an_incomplete_schema_fails_planning(runner, collect):
+    runner.run(_pipeline("function process(row) { return {...row, tier: row.amount > 500 ? 'gold' : 'basic'}; }",
+                         rows=3))
+    assert collect.schemas[0] == ["id bigint", "customer string", "country string", "amount double",
+                                  "quantity int", "created_at timestamp", "_gs_op string", "tier string"]
+    amounts = generate_batch("orders", 0, 3, 0, 0).column("amount").to_pylist()
+    assert [r["tier"] for r in _sorted(collect.rows, "id")] == ["gold" if a > 500 else "basic" for a in amounts]
+    headline = _failure(runner, _pipeline("function process(row) { return {id: row.id, tier: 'x'}; }", rows=1,
+                                          extra="    schema: {id: int64}\n"), application_id="declared")
+    assert "'js': the script returns keys ['tier'] that are not in its 'schema' ['id']" in headline
+
+
 def test_typescript_named_function_with_schema(runner, collect):
     runner.run(_pipeline("""
 interface Order { id: number; amount: number; customer: string }

@@ -117,3 +117,45 @@ def test_sandbox_exhaustion_names_the_limit(script: str, message: str) -> None:
     error = node_failure_from_text(str(info.value))
     assert error is not None
     assert re.fullmatch(f"script transform 't': {message}", error.headline()), error.headline()
+
+
+def test_a_returned_key_outside_the_output_schema_fails_the_batch_naming_it() -> None:
+    batch = pa.RecordBatch.from_pydict({"id": [1, 2, 3], "s": ["a", "b", "c"]})
+    # Missing keys are NULL, an explicit undefined is no key: neither is an unknown key.
+    assert _run("function process(r) { return r.id === 1 ? {id: r.id} : {id: r.id, s: undefined}; }", [batch]) == [
+        {"id": 1, "s": None}, {"id": 2, "s": None}, {"id": 3, "s": None}]
+    with pytest.raises(NodeFailure) as info:  # one row of three, and only when another column is absent
+        _run("function process(r) { return r.id === 2 ? {id: r.id, tier: 'gold'} : r; }", [batch])
+    assert "returned keys ['tier'] that are not in the output schema ['id', 's']" in str(info.value)
+    with pytest.raises(NodeFailure, match=r"\['extra'\]"):  # inside an exploded array too
+        _run("function process(r) { return [r, {...r, extra: 1}]; }", [batch])
+
+
+def test_the_output_schema_without_schema_is_what_the_function_returns_on_sample_rows() -> None:
+    from pyspark.sql import types as T
+
+    from streamling.transforms import script_schema
+
+    orders = T.StructType([T.StructField("id", T.LongType()), T.StructField("amount", T.DoubleType()),
+                           T.StructField("customer", T.StringType()), T.StructField("_gs_op", T.StringType())])
+
+    def infer(script: str) -> list[str] | None:
+        found = script_schema.probe(script, orders, quickjs.default_runtime_path(), 64, 10_000)
+        assert found is not None
+        if not found.returned:
+            return None
+        return [f"{f.name} {f.dataType.simpleString()}" for f in script_schema.inferred_schema(found, orders).fields]
+
+    assert infer("function process(row) { return {...row, tier: row.amount > 100 ? 'gold' : 'basic'}; }") == [
+        "id bigint", "amount double", "customer string", "_gs_op string", "tier string"]
+    # Only the returned keys; new numbers are float64; _gs_op is carried; a key seen only on some
+    # rows (here the large one) still counts; a throwing row is skipped.
+    assert infer("function process(row) { if (row.customer === null) throw new Error('x');"
+                 " const out = {id: row.id, score: row.amount * 2, ok: row.amount > 0, meta: {a: 1}};"
+                 " if (row.amount > 500) out.big = true; return out; }") == [
+        "id bigint", "score double", "ok boolean", "meta string", "big boolean", "_gs_op string"]
+    assert infer("function process(row) { throw new Error('never'); }") is None
+    found = script_schema.probe("function process(row) { return {id: row.id, tier: 'x', n: 1}; }", orders,
+                                quickjs.default_runtime_path(), 64, 10_000)
+    assert found is not None and script_schema.undeclared_keys(found, ["id"]) == ["tier", "n"]
+    assert script_schema.type_hint(found, ["tier", "n"]) == "{tier: string, n: float64}"

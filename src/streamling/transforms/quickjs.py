@@ -189,20 +189,12 @@ def driver_source(script: str, columns: list[tuple[str, str]], trace: bool = Fal
     ``JSON.stringify``), the rest as JSON arrays. ``_gs_op`` is carried from the input row here.
     ``std`` and ``os`` are taken away from user code: it sees plain ECMAScript only.
     """
-    return _DRIVER.replace("__SCRIPT__", json.dumps(script)).replace(
-        "__COLUMNS__", json.dumps(columns)).replace("__TRACE__", "true" if trace else "false")
+    driver = _DRIVER.replace("__FIND_FUNCTION__", _FIND_FUNCTION).replace("__COLUMNS__", json.dumps(columns))
+    return driver.replace("__TRACE__", "true" if trace else "false").replace("__SCRIPT__", json.dumps(script))
 
 
-_DRIVER = r"""
-(function () {
-  const IN = std.in, OUT = std.out, ERR = std.err, ARGS = scriptArgs;
-  const isArray = Array.isArray, stringify = JSON.stringify, parse = JSON.parse, Fn = Function;
-  const src = __SCRIPT__;
-  const fail = (kind, row, e) => {
-    const stack = e && e.stack ? String(e.stack) : "";
-    ERR.puts("\x1e" + stringify({kind, row, message: String(e), stack}) + "\n");
-  };
-  delete globalThis.std; delete globalThis.os; delete globalThis.scriptArgs;
+# Shared by both drivers: find the user's function, with std and os taken away first.
+_FIND_FUNCTION = r"""  delete globalThis.std; delete globalThis.os; delete globalThis.scriptArgs;
   let fn = null;
   try {
     const value = (0, eval)("(" + src + "\n)");
@@ -220,6 +212,18 @@ _DRIVER = r"""
       return;
     }
   }
+"""
+
+_DRIVER = r"""
+(function () {
+  const IN = std.in, OUT = std.out, ERR = std.err, ARGS = scriptArgs;
+  const isArray = Array.isArray, stringify = JSON.stringify, parse = JSON.parse, Fn = Function;
+  const src = __SCRIPT__;
+  const fail = (kind, row, e) => {
+    const stack = e && e.stack ? String(e.stack) : "";
+    ERR.puts("\x1e" + stringify({kind, row, message: String(e), stack}) + "\n");
+  };
+__FIND_FUNCTION__
   const COLS = __COLUMNS__, TRACE = __TRACE__;
   const NAMES = COLS.map((c) => c[0]), KINDS = COLS.map((c) => c[1]), NC = COLS.length;
   const isoLike = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$/;
@@ -293,7 +297,7 @@ _DRIVER = r"""
   const code = [];
   IC.forEach((col, c) => code.push("const I" + c + " = inVals[" + c + "], J" + c + " = inValid[" + c + "], D" + c
     + " = inDict[" + c + "];"));
-  code.push("let cap = " + cap0 + ", k = 0, v, r, list, j;",
+  code.push("let cap = " + cap0 + ", k = 0, miss = 0, v, r, list, j;",
     "const grow = (old, now) => { now.set(old); return now; };");
   NAMES.forEach((_, c) => {
     if (ENC[c] === "json") code.push("const O" + c + " = [];");
@@ -331,13 +335,14 @@ _DRIVER = r"""
     if (ENC[c] !== "json") code.push(a + " = grow(" + a + ", newOut(" + c + ", cap));",
       "F" + c + " = grow(F" + c + ", new Uint8Array(cap));");
   });
-  code.push("}");
+  code.push("}", "miss = 0;");
   NAMES.forEach((name, c) => {
     const kind = stringify(KINDS[c]), type = stringify(JS_TYPE[ENC[c]]);
     code.push("v = r" + prop(name) + ";");
-    if (name === "_gs_op") code.push("if (v == null) v = op;");
+    if (name === "_gs_op") code.push("if (v == null) { if (v === undefined) miss++; v = op; }");
     if (ENC[c] === "json") {
-      code.push("if (v != null) v = coerce(" + kind + ", v);", "O" + c + ".push(v === undefined ? null : v);");
+      code.push("if (v != null) v = coerce(" + kind + ", v); else if (v === undefined) miss++;",
+        "O" + c + ".push(v === undefined ? null : v);");
       return;
     }
     // Timestamp text passes as is (a regex per row is slow here); the host parses and validates it.
@@ -345,13 +350,20 @@ _DRIVER = r"""
       : ENC[c] === "bool" ? "O" + c + "[k] = v ? 1 : 0;" : "O" + c + "[k] = v;";
     const none = ENC[c] === "str" ? "{ O" + c + ".push(''); F" + c + "[k] = 1; }" : "F" + c + "[k] = 1;";
     code.push("if (typeof v === " + type + ") " + store,
-      "else { v = v == null ? null : coerce(" + kind + ", v); if (v === null) " + none + " else " + store + " }");
+      "else { if (v === undefined) miss++; v = v == null ? null : coerce(" + kind + ", v); if (v === null) " + none
+      + " else " + store + " }");
   });
+  // A returned key outside the output columns is recorded, never dropped silently: the host fails
+  // the batch naming it. Output columns the object lacks were counted above (on the slow path
+  // only), so more own keys than the columns it has means an unknown one; only then are the keys
+  // walked to name it.
+  code.push("if (Object.keys(r).length > " + NC + " - miss)",
+    "for (const key in r) if (KNOWN[key] !== 1) EXTRA[key] = 1;");
   code.push("k++;", "if (list === null) break;", "}",
     "} catch (e) { fail('row', i, {toString: () => String(e), stack: ''}); return; }", "}");
   // The output: header, JSON columns, per number/boolean column values and null flags, per string
   // column lengths and null flags, then the text of every string column back to back.
-  code.push("OUT.puts(stringify({n: k, enc: ENC}) + '\\n');");
+  code.push("OUT.puts(stringify({n: k, enc: ENC, extra: Object.keys(EXTRA)}) + '\\n');");
   NAMES.forEach((_, c) => { if (ENC[c] === "json") code.push("OUT.puts(stringify(O" + c + ") + '\\n');"); });
   NAMES.forEach((_, c) => {
     if (ENC[c] === "json") return;
@@ -360,9 +372,52 @@ _DRIVER = r"""
   });
   NAMES.forEach((_, c) => { if (ENC[c] === "str") code.push("OUT.puts(O" + c + ".join(''));"); });
   code.push("OUT.flush();");
+  const KNOWN = Object.create(null), EXTRA = Object.create(null);
+  NAMES.forEach((name) => { KNOWN[name] = 1; });
   const batch = new Fn("fn", "fail", "coerce", "isArray", "stringify", "inVals", "inValid", "inDict", "newOut",
-    "ENC",
-    "ERR", "OUT", code.join("\n"));
-  batch(fn, fail, coerce, isArray, stringify, inVals, inValid, inDict, newOut, ENC, ERR, OUT);
+    "ENC", "KNOWN", "EXTRA", "ERR", "OUT", code.join("\n"));
+  batch(fn, fail, coerce, isArray, stringify, inVals, inValid, inDict, newOut, ENC, KNOWN, EXTRA, ERR, OUT);
+})();
+"""
+
+
+def probe_source(script: str) -> str:
+    """The JS that calls the user's function on sample rows (JSON in the first script argument)
+    and reports, as one JSON line, every key the returned objects have and the JS types seen.
+
+    The script transform infers its output columns from this when no ``schema`` is declared, and
+    checks a declared one against it. A row the function throws on is counted, not fatal.
+    """
+    return _PROBE.replace("__FIND_FUNCTION__", _FIND_FUNCTION).replace("__SCRIPT__", json.dumps(script))
+
+
+_PROBE = r"""
+(function () {
+  const OUT = std.out, ERR = std.err, ARGS = scriptArgs;
+  const isArray = Array.isArray, stringify = JSON.stringify;
+  const src = __SCRIPT__;
+  const fail = (kind, row, e) => {
+    const stack = e && e.stack ? String(e.stack) : "";
+    ERR.puts("\x1e" + stringify({kind, row, message: String(e), stack}) + "\n");
+  };
+__FIND_FUNCTION__
+  const rows = JSON.parse(ARGS[0]), types = new Map();
+  let returned = 0, failed = 0;
+  const note = (r) => {
+    if (r === null || r === undefined || typeof r !== "object" || isArray(r)) return;
+    returned++;
+    for (const key in r) {
+      const v = r[key], t = v === null || v === undefined ? "null" : typeof v;
+      if (!types.has(key)) types.set(key, []);
+      if (!types.get(key).includes(t)) types.get(key).push(t);
+    }
+  };
+  for (const row of rows) {
+    let r;
+    try { r = fn(row); } catch (e) { failed++; continue; }
+    if (isArray(r)) r.forEach(note); else note(r);
+  }
+  OUT.puts(stringify({returned, failed, keys: Array.from(types.entries())}) + "\n");
+  OUT.flush();
 })();
 """

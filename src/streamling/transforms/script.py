@@ -19,7 +19,7 @@ from streamling.errors import NodeFailure
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext
 from streamling.spec.nodes import ScriptTransformOptions
 from streamling.spec.types import decimal_texts, from_metadata, parse_type, with_wide_metadata
-from streamling.transforms import quickjs
+from streamling.transforms import quickjs, script_schema
 from streamling.transforms.arrow import ArrowTransform, BatchFunction
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 NODE_KIND = "script transform"
+PROBE_CPU_LIMIT_MS = 2_000
 
 
 def coercion_kind(data_type: DataType, metadata: dict[str, Any] | None = None) -> str:
@@ -65,6 +66,7 @@ class ScriptJob:
     cpu_limit_ms: int
     output_schema: pa.Schema
     primary_key: tuple[str, ...]
+    unknown_keys_hint: str = "add them to 'schema' (or stop returning them)"  # what to do about unknown keys
 
 
 class ScriptTransform(ArrowTransform):
@@ -86,6 +88,7 @@ class ScriptTransform(ArrowTransform):
         self.runtime_path = settings.runtime_wasm_file_path or quickjs.default_runtime_path()
         self.memory_limit_mb = settings.memory_limit_mb
         self.cpu_limit_ms = settings.cpu_limit_ms
+        self._schemas: dict[str, tuple[StructType, str]] = {}  # input schema JSON -> (output, hint)
         self._check_loads(ctx)
 
     def _check_loads(self, ctx: NodeContext) -> None:
@@ -105,15 +108,41 @@ class ScriptTransform(ArrowTransform):
                             code="script_invalid")
 
     def output_schema(self, input_schema: StructType) -> StructType:
+        """The declared ``schema``, else the keys the function returns on sample rows (see
+        ``script_schema``); either way checked against what the function returned there, so a
+        returned key is never dropped without a word. Cached per input schema: probing costs a
+        sandbox run, and the planner and every epoch ask."""
+        key = input_schema.json()
+        cached = self._schemas.get(key)
+        if cached is None:
+            cached = self._schemas[key] = self._resolve_schema(input_schema)
+        return cached[0]
+
+    def _resolve_schema(self, input_schema: StructType) -> tuple[StructType, str]:
         from pyspark.sql import types as T
 
+        # A few sample rows need far less than a batch's budget: an endless loop must not hold
+        # planning for the whole limit (the run then reports it with the limit to raise).
+        found = script_schema.probe(self.javascript, input_schema, self.runtime_path, self.memory_limit_mb,
+                                    min(self.cpu_limit_ms, PROBE_CPU_LIMIT_MS))
         declared = self.script_options.schema_
         if not declared:
-            return input_schema
+            if found is None or not found.returned:
+                return input_schema, ("the sample rows tried at start-up returned no object, so the output kept "
+                                      "the input's columns; declare 'schema' with every column the script returns")
+            return script_schema.inferred_schema(found, input_schema), (
+                "the output columns were inferred from what the script returned for sample rows at start-up; "
+                "declare 'schema' with every column the script returns")
+        extra = script_schema.undeclared_keys(found, list(declared)) if found else []
+        if extra:
+            raise self.ctx.error(
+                f"the script returns keys {extra} that are not in its 'schema' {list(declared)}: "
+                "they would be dropped", hint=f"add them to 'schema', e.g. {script_schema.type_hint(found, extra)}"
+                if found else "add them to 'schema'", code="script_schema_incomplete")
         fields = [parse_type(type_name).spark_field(name) for name, type_name in declared.items()]
         if GS_OP in input_schema.fieldNames() and GS_OP not in declared:
             fields.append(T.StructField(GS_OP, T.StringType(), True))
-        return T.StructType(fields)
+        return T.StructType(fields), "add them to 'schema' (or stop returning them)"
 
     def batch_function(self, input_schema: StructType, epoch: Epoch | None) -> BatchFunction:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -129,6 +158,7 @@ class ScriptTransform(ArrowTransform):
             cpu_limit_ms=self.cpu_limit_ms,
             output_schema=with_wide_metadata(to_arrow_schema(out, timezone="UTC"), out),
             primary_key=tuple(c for c in self.ctx.primary_key if c in input_schema.fieldNames()),
+            unknown_keys_hint=self._schemas[input_schema.json()][1],
         )
         return functools.partial(run_script_batches, job)
 
@@ -145,6 +175,8 @@ def run_script_batches(job: ScriptJob, batches: Any) -> Any:
             raise failure
         try:
             table = decode_output(result.stdout, job.output_schema)
+        except UnknownKeys as exc:
+            raise NodeFailure(job.node, NODE_KIND, str(exc), hint=job.unknown_keys_hint) from None
         except ValueError as exc:  # a value that does not fit its declared column is refused, never narrowed
             raise NodeFailure(job.node, NODE_KIND, str(exc),
                               hint="return a value that fits the column's type in 'schema'") from None
@@ -234,6 +266,8 @@ def decode_output(data: bytes, schema: pa.Schema) -> pa.Table:
     pos = data.index(b"\n")
     head = json.loads(data[:pos])
     n, encodings = int(head["n"]), list(head["enc"])
+    if head.get("extra"):
+        raise UnknownKeys(list(head["extra"]), schema.names)
     if len(encodings) != len(schema):
         raise ValueError(f"the sandbox returned {len(encodings)} columns for a schema of {len(schema)}")
     pos += 1
@@ -282,6 +316,14 @@ def decode_output(data: bytes, schema: pa.Schema) -> pa.Table:
             else:
                 arrays[index] = array if array.type == kind else array.cast(kind)
     return pa.Table.from_arrays([a for a in arrays if a is not None], schema=schema)
+
+
+class UnknownKeys(ValueError):
+    """Returned keys that are not output columns: they would be lost, so the batch fails instead."""
+
+    def __init__(self, keys: list[str], columns: list[str]) -> None:
+        self.keys = keys
+        super().__init__(f"the script returned keys {keys} that are not in the output schema {columns}")
 
 
 def _texts(blob: bytes, columns: list[tuple[int, Any, Any]]) -> list[pa.Array]:
