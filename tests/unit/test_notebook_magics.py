@@ -125,13 +125,49 @@ def test_remove_drops_a_node(ip: Any) -> None:
 
 def test_errors_fail_the_cell_with_one_line_per_problem(ip: Any) -> None:
     ip.run_cell_magic("streamling", "source orders", "type: generate\nrows: 10\n")
-    ip.run_cell_magic("streamling", "sink out --from orders", "type: prnt\n")
+    with pytest.raises(PipelineError) as at_cell:
+        ip.run_cell_magic("streamling", "sink out --from orders", "type: prnt\n")
     with pytest.raises(PipelineError) as err:
         ip.run_line_magic("streamling", "validate")
     message = str(err.value)
     assert message == ("Node 'out': unknown sink type 'prnt' (did you mean 'print'?); "
                        "available sink types: blackhole, delta, kafka, postgres, print, webhook")
+    assert str(at_cell.value) == message
     assert "Traceback" not in message
+
+
+def test_a_definition_cell_checks_its_node_at_once_as_validate_would(ip: Any,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    # A forward reference works: the sink is defined before its upstream; it is only noted.
+    started = time.perf_counter()
+    result = ip.run_cell("%%streamling sink out --from big\ntype: print\n")
+    elapsed = time.perf_counter() - started
+    assert result.error_in_exec is None and elapsed < 2.0
+    assert "note: Node 'out': 'from' names 'big', which does not exist" in capsys.readouterr().out
+    with pytest.raises(PipelineError, match="Node 'out': 'from' names 'big', which does not exist"):
+        ip.run_line_magic("streamling", "validate")
+    ip.run_cell_magic("streamling", "transform big --from orders", "SELECT id FROM orders")  # orders: later too
+    ip.run_cell_magic("streamling", "source orders", "type: generate\nrows: 10\n")
+    assert "pipeline is valid" in str(ip.run_line_magic("streamling", "validate"))
+    # Each of these fails its own cell with the message validate gives, before any JVM.
+    bad = [("source gen", "type: generat\n", "Node 'gen': unknown source type 'generat' (did you mean 'generate'?)"),
+           ("source gen", "type: generate\nrowz: 5\n", "Node 'gen': unknown key 'rowz' (did you mean 'rows'?)"),
+           ("transform t --from out --type script", "(r) => r", "Node 't': 'from' names sink 'out'"),
+           ("transform t --from orders", "SELECT id FROM orders WHERE", "Node 't': SQL does not parse")]
+    for line, body, expected in bad:
+        with pytest.raises(PipelineError) as err:
+            ip.run_cell_magic("streamling", line, body)
+        assert str(err.value).startswith(expected), str(err.value)
+        with pytest.raises(PipelineError) as whole:
+            ip.run_line_magic("streamling", "validate")
+        assert str(err.value) in str(whole.value)
+        ip.run_line_magic("streamling", f"remove {line.split()[1]}")
+    # An unknown name in --from is shown at once, without failing (a later cell may define it).
+    result = ip.run_cell("%%streamling sink screen --from nosuch\ntype: print\n")
+    assert result.error_in_exec is None
+    assert "note: Node 'screen': 'from' names 'nosuch', which does not exist" in capsys.readouterr().out
 
 
 def test_bad_yaml_body_names_the_line(ip: Any) -> None:

@@ -13,6 +13,7 @@ StreamlingMagics.full_traceback = True`` raises the original exception with its 
 from __future__ import annotations
 
 import argparse
+import html
 import threading
 from collections.abc import Mapping
 from typing import Any, TextIO, cast
@@ -21,9 +22,10 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.display import display
 from traitlets import Bool, Int, Unicode
 
-from streamling.errors import StreamlingError, java_message
+from streamling.errors import StreamlingError, ValidationError, java_message
 from streamling.notebook import render
 from streamling.notebook.cells import USAGE, PipelineError, cell_node, has_references, parse_line
+from streamling.notebook.checks import CellCheck, check_node
 from streamling.notebook.session import DebugResult, NotebookPipeline, Preview, problems_of
 from streamling.spec.pipeline import Kind
 
@@ -143,14 +145,30 @@ class StreamlingMagics(Magics):
             self.pipeline.load_document(node.definition)
             return self._validated()
         name = str(node.name)
+        kind = cast(Kind, node.kind)
         try:
-            self.pipeline.define(cast(Kind, node.kind), name, node.definition)
+            self.pipeline.define(kind, name, node.definition)
         except StreamlingError as exc:
             exc.node = exc.node or name
             raise
+        check = check_node(self.pipeline.to_yaml(), kind, name)
+        if check.errors:
+            raise ValidationError(check.errors)
+        if check.undefined:
+            display(self._undefined_view(check))
         if node.kind == "transform" and name in self.pipeline.captures:
             return self._debug_view(self.pipeline.debug(name))
         return None
+
+    @staticmethod
+    def _undefined_view(check: CellCheck) -> render.Rendered:
+        """A note, not an error: the names may be defined by later cells."""
+        lines = one_line(ValidationError(check.undefined)).splitlines()
+        text = "\n".join(f"note: {line} — fine if a later cell defines it, else fix the name "
+                         "(`%streamling validate` and `run` fail while it is missing)" for line in lines)
+        html_lines = "<br>".join(html.escape(line) for line in text.splitlines())
+        return render.Rendered(text, html_text=f'<div style="border-left:3px solid #d9a400;padding-left:6px">'
+                                               f"{html_lines}</div>")
 
     def _validated(self) -> render.Rendered:
         spec = self.pipeline.spec()
