@@ -78,6 +78,37 @@ def test_retries_run_out_with_a_clear_error(runner, flaky_sink):
     assert info.value.headline().startswith("flaky sink 'db': writing epoch 0 failed: connection refused")
 
 
+class ReadThenFailSink(FlakySink):
+    """Reads the whole batch (so Spark scans the source) before failing twice per epoch."""
+
+    def write(self, df: Any, epoch: Epoch) -> int:
+        rows = [r.asDict() for r in df.collect()]
+        count = FlakySink.failures.get(epoch.epoch_id, 0)
+        if count < 2:
+            FlakySink.failures[epoch.epoch_id] = count + 1
+            raise ConnectionRefusedError("connection refused (simulated restart)")
+        FlakySink.seen.append((epoch.epoch_id, rows))
+        return len(rows)
+
+
+def test_a_retried_epoch_reports_its_input_rows_once(runner, flaky_sink, monkeypatch):
+    """Three attempts of an epoch re-run its plan; its finalized input rows stay the epoch's rows."""
+    node_type = spec_nodes.NodeType("sink", "flaky", FlakySinkOptions, f"{__name__}:ReadThenFailSink")
+    monkeypatch.setitem(spec_nodes.REGISTRY["sink"], "flaky", node_type)
+    runner.run("""
+        sources:
+          s: {type: generate, rows: 300, rows_per_batch: 100}
+        transforms:
+          even: {type: sql, sql: "SELECT id FROM s WHERE id % 2 = 0"}
+        sinks:
+          db: {type: flaky, from: even}
+    """, retry={"max_attempts": 5, "initial_backoff_ms": 10, "max_backoff_ms": 20})
+    assert sorted(flaky_sink.failures.items()) == [(0, 2), (1, 2), (2, 2)]  # every epoch ran three times
+    assert [len(rows) for _, rows in sorted(flaky_sink.seen)] == [50, 50, 50]
+    finalized = {e.epoch: e.input_rows for e in runner.of_type(ev.EpochFinalized)}
+    assert finalized == {0: 100, 1: 100, 2: 100}
+
+
 def test_sampled_rows_per_node_when_sampling_is_on(runner):
     run = runner.pipeline("""
         sources:

@@ -25,6 +25,8 @@ from streamling.runtime.planner import Flow, Plan
 from streamling.runtime.retry import STOPPED, call_with_retry
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -99,6 +101,9 @@ class FlowRunner:
         self._closing = False
         self.refused_epoch: int | None = None
         self._raw: dict[str, DataFrame] = {}
+        # Input rows of epochs that were retried, counted once on the cached batch: Spark's
+        # numInputRows adds up every re-execution of the batch's plan.
+        self._retried_input: dict[int, int] = {}
         self._offsets: dict[str, Any] = {}
         root = Path(self.settings.state_dir).resolve() / self.settings.application_id / flow.name
         self.checkpoint_dir = root / "checkpoint"
@@ -349,20 +354,28 @@ class FlowRunner:
         fan_out = (len(self.sinks) > 1 or self.bus.sample_rows > 0
                    or any(getattr(self.plan.nodes[t.name], "reads_batch_eagerly", False)
                           for t in self.flow.transforms))
+        cached = [fan_out]
         if fan_out:
             batch = batch.persist()
+
+        def on_retry(exc: BaseException, attempt: int, node: str | None = None) -> None:
+            self._retry_event(exc, attempt, node)
+            if batch_id not in self._retried_input:
+                self._count_input(batch, batch_id, cached)
+
         self._raw = self._split(batch)
-        # Transforms that reach out (a Postgres dynamic table) only classify their failures; the
-        # flow retries the evaluation with the same policy as sink writes (it is idempotent).
-        raw = self._raw
-        frames = call_with_retry(lambda: evaluate(self.plan, self.flow, spark, raw, epoch), self.settings.retry,
-                                 f"flow '{self.flow.name}' epoch {batch_id} transforms", self._retry_event)
-        transforms_ms = (time.perf_counter() - started) * 1000
-        if self.bus.sample_rows > 0:
-            self._sample(epoch, frames)
         rows: dict[str, int] = {}
-        durations: dict[str, float] = {"transforms": transforms_ms}
+        durations: dict[str, float] = {}
         try:
+            # Transforms that reach out (a Postgres dynamic table) only classify their failures; the
+            # flow retries the evaluation with the same policy as sink writes (it is idempotent).
+            raw = self._raw
+            frames = call_with_retry(lambda: evaluate(self.plan, self.flow, spark, raw, epoch),
+                                     self.settings.retry, f"flow '{self.flow.name}' epoch {batch_id} transforms",
+                                     on_retry)
+            durations["transforms"] = (time.perf_counter() - started) * 1000
+            if self.bus.sample_rows > 0:
+                self._sample(epoch, frames)
             for sink in self.sinks:
                 spec = sink.ctx.spec
                 inputs = [frames[u] for u in spec.upstream]
@@ -370,10 +383,10 @@ class FlowRunner:
                 for other in inputs[1:]:
                     df = df.unionByName(other, allowMissingColumns=True)
                 t0 = time.perf_counter()
-                rows[sink.name] = self._write(sink, sink.spread(df), epoch)
+                rows[sink.name] = self._write(sink, sink.spread(df), epoch, on_retry)
                 durations[sink.name] = (time.perf_counter() - t0) * 1000
         finally:
-            if fan_out:
+            if cached[0]:
                 batch.unpersist()
         durations["total"] = (time.perf_counter() - started) * 1000
         self.last_epoch = batch_id
@@ -385,17 +398,32 @@ class FlowRunner:
         if any(getattr(s, "wants_stop", lambda: False)() for s in self.sinks):
             self.request_stop("a print sink reached its num_records_before_stop")
 
-    def _retry_event(self, exc: BaseException, attempt: int) -> None:
-        """Tell subscribers (CLI, widgets) that a node's transient failure is being retried."""
-        node = exc.node if isinstance(exc, StreamlingError) else None
+    def _count_input(self, batch: DataFrame, batch_id: int, cached: list[bool]) -> None:
+        """Before an epoch's first retry: cache the batch so further attempts read it rather than
+        the source, and count it once, so the epoch reports its real input however often it runs.
+        Only retried epochs pay this job; a normal epoch keeps Spark's numInputRows."""
+        try:
+            if not cached[0]:
+                batch.persist()
+                cached[0] = True
+            self._retried_input[batch_id] = batch.count()
+        except Exception:  # noqa: BLE001 - a metric must never fail the epoch; the retry reports the cause
+            log.debug("counting the input of retried epoch %d failed", batch_id, exc_info=True)
+
+    def _retry_event(self, exc: BaseException, attempt: int, node: str | None = None) -> None:
+        """Tell subscribers (CLI, widgets) that a node's transient failure is being retried; ``node``
+        names it when the error does not (a plugin sink raising a plain ``ConnectionError``)."""
+        node = exc.node if isinstance(exc, StreamlingError) and exc.node else node
         self.bus.publish(ev.PipelineError(self.flow.name, node=node, message=str(exc).splitlines()[0],
                                           retriable=True, attempt=attempt))
 
-    def _write(self, sink: Sink, df: DataFrame, epoch: Epoch) -> int:
+    def _write(self, sink: Sink, df: DataFrame, epoch: Epoch,
+               on_retry: Callable[[BaseException, int, str | None], None] | None = None) -> int:
+        notify = on_retry or self._retry_event
         try:
             return call_with_retry(lambda: sink.write(df, epoch), self.settings.retry,
                                    f"{sink.ctx.spec.type} sink '{sink.name}' epoch {epoch.epoch_id}",
-                                   self._retry_event)
+                                   lambda exc, attempt: notify(exc, attempt, sink.name))
         except StreamlingError:
             raise
         except Exception as exc:
@@ -445,10 +473,16 @@ class FlowRunner:
             except Exception:  # noqa: BLE001 - a failing commit hook is logged; Spark's log stays the truth
                 log.exception("source '%s' finalize hook failed for epoch %d", source.name, batch_id)
         self.bus.publish(ev.EpochFinalized(
-            self.flow.name, epoch=batch_id, input_rows=int(progress.get("numInputRows") or 0), offsets=offsets,
+            self.flow.name, epoch=batch_id, offsets=offsets,
+            input_rows=self._input_rows(batch_id, progress),
             durations_ms={k: float(v) for k, v in (progress.get("durationMs") or {}).items()},
             input_rows_per_second=float(progress.get("inputRowsPerSecond") or 0.0),
             processed_rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0)))
+
+    def _input_rows(self, batch_id: int, progress: dict[str, Any]) -> int:
+        """The epoch's input: Spark's count, unless the epoch was retried (then counted by the flow)."""
+        counted = self._retried_input.pop(batch_id, None)
+        return counted if counted is not None else int(progress.get("numInputRows") or 0)
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
