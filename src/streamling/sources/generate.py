@@ -87,7 +87,10 @@ def _data_source_class() -> type:
             if self.rate is not None:
                 now = time.monotonic()
                 if self._clock is None:
-                    self._clock = (now, start)
+                    # Start the clock one second (at least one row) in the past: Spark plans the
+                    # first epoch from the first answer, which would otherwise release no row and
+                    # leave epoch 0 empty (nothing to sample or capture until epoch 1).
+                    self._clock = (now - max(1.0, 1.0 / self.rate), start)
                 t0, base = self._clock
                 ceiling = min(ceiling, base + int((now - t0) * self.rate))
             if self._available_now_end is not None:

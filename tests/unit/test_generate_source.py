@@ -1,0 +1,35 @@
+"""The generate source's reader without a JVM: what Spark's first planning call gets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamling.sources.generate import _data_source_class
+
+
+def _reader(**options: str) -> Any:
+    return _data_source_class()(options).streamReader(None)
+
+
+def test_the_first_epoch_of_a_rate_limited_source_has_rows() -> None:
+    # Spark plans epoch 0 from the first latestOffset: it must release rows already, so a sample
+    # (and `%streamling capture`) has data from the first epoch on.
+    for rate, first in (("50", 50), ("0.5", 1), ("1000", 1000)):
+        reader = _reader(rows_per_second=rate)
+        end = reader.latestOffset(reader.initialOffset(), None)["row"]
+        assert first <= end <= first + 5, (rate, end)
+        assert len(reader.partitions({"row": 0}, {"row": end})) >= 1
+    # A restart resumes from the checkpoint's offset, with a first epoch of rows again.
+    reader = _reader(rows_per_second="10", rows="1000")
+    assert 10 <= reader.latestOffset({"row": 400}, None)["row"] - 400 <= 12
+    # Unthrottled and bounded sources are unchanged: a whole batch, capped by rows.
+    assert _reader(rows="30").latestOffset({"row": 0}, None) == {"row": 30}
+    assert _reader(rows_per_batch="7").latestOffset({"row": 0}, None) == {"row": 7}
+
+
+def test_available_now_on_a_rate_limited_source_drains_released_rows() -> None:
+    reader = _reader(rows_per_second="20")
+    reader.prepareForTriggerAvailableNow()
+    end = reader.latestOffset({"row": 0}, None)["row"]
+    assert 20 <= end <= 25
+    assert reader.latestOffset({"row": end}, None) == {"row": end}
