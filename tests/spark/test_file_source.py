@@ -204,3 +204,34 @@ def test_line_of_a_bad_record_is_found_in_the_jvm_for_remote_files(spark: Any, t
 
     (tmp_path / "b.csv").write_text("id,name,amount\n3,c,1\n\n5,e,abc\n")
     assert _line_number_spark(spark, f"file://{tmp_path}/b.csv", "5,e,abc", False) == 4
+
+
+# --- a field too long for the JVM: stopped at file_source.max_field_chars, naming file and line ---
+
+LIMIT = 65_536
+TOO_LONG = (f" is longer than {LIMIT} characters (file_source.max_field_chars) — raise file_source.max_field_chars "
+            "(STREAMLING__FILE_SOURCE__MAX_FIELD_CHARS) above the field's length, with spark.driver.memory to match, "
+            "or fix the file; nothing from the file was written")
+
+
+def test_csv_field_over_the_limit_in_a_new_file_stops_the_flow_naming_file_and_line(
+        runner, tmp_path: Path, read_delta) -> None:
+    data = tmp_path / "in"
+    data.mkdir()
+    (data / "a.csv").write_text("id,name,amount\n1,a,10.5\n")
+    run = runner.pipeline(_lake(data, "csv", tmp_path / "out", mode="{type: continuous, poll_interval: 500ms}"),
+                          file_source={"max_field_chars": LIMIT})
+    _add_after_first_epoch(run, data / "b.csv", f"id,name,amount\n2,b,1\n3,{'x' * (4 * LIMIT)},2\n")
+    run.start()
+    assert _fails(run) == f"file source 'src': field at {data}/b.csv:3{TOO_LONG}"
+    assert [r["id"] for r in read_delta(tmp_path / "out")] == [1]  # epoch 0 only
+
+
+def test_csv_field_over_the_limit_at_start_is_reported_before_any_epoch(runner, tmp_path: Path) -> None:
+    data = tmp_path / "in"
+    data.mkdir()
+    (data / "a.csv").write_text(f"id,name\n1,a\n2,b\n3,{'y' * (LIMIT + 1)}\n")
+    with pytest.raises(StreamlingError) as info:
+        runner.run(_lake(data, "csv", tmp_path / "out"), file_source={"max_field_chars": LIMIT})
+    assert info.value.headline() == ("pipeline is invalid (1 problem):\n"
+                                     f"  - file source 'src': field at {data}/a.csv:4{TOO_LONG}")

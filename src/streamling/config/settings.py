@@ -225,6 +225,15 @@ class WasmScriptSettings(_Section):
     cpu_limit_ms: int = Field(default=30000, ge=10)
 
 
+class FileSourceSettings(_Section):
+    """``file_source.*``: limits of the ``file`` source."""
+
+    #: the longest CSV field (in characters) a file may hold. Spark's own default is no limit, and a
+    #: field of hundreds of MB then exhausts the JVM's memory with no word of the file or node; a
+    #: bound turns that into an error naming the file and line.
+    max_field_chars: int = Field(default=10_485_760, ge=1024)
+
+
 class Settings(BaseModel):
     """The whole runtime configuration.
 
@@ -257,6 +266,7 @@ class Settings(BaseModel):
     kafka_source: KafkaSourceSettings = Field(default_factory=KafkaSourceSettings)
     kafka_sink: KafkaSinkSettings = Field(default_factory=KafkaSinkSettings)
     wasm_script: WasmScriptSettings = Field(default_factory=WasmScriptSettings)
+    file_source: FileSourceSettings = Field(default_factory=FileSourceSettings)
     external_http_handler: ExternalHttpHandlerSettings = Field(default_factory=ExternalHttpHandlerSettings)
     dynamic_table_backend: DynamicTableBackendSettings = Field(default_factory=DynamicTableBackendSettings)
     #: ``STREAMLING__HTTP_SECRET_HEADER__<NAME>`` / ``…_VALUE__<NAME>``: the environment lower-cases

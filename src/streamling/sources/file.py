@@ -39,6 +39,8 @@ CORRUPT = "_streamling_bad_record"
 BAD_RECORD = "streamling-bad-record:"
 RECORD_CHARS = 20000  # how much of a bad record travels in the error (enough to find its line)
 HINT = "fix the file (or remove it from the folder) and restart; nothing from this epoch was written"
+# univocity's words when a CSV field outgrows ``maxCharsPerColumn`` (file_source.max_field_chars).
+FIELD_TOO_LONG = "exceeds the maximum number of characters defined in your parser settings"
 _FAILED_READ = re.compile(r"Encountered error while reading file (\S+?)\.(?:\s|$)")
 _PARQUET_TYPE = re.compile(r"Encountered error while reading file (\S+?)\. Data type mismatches when reading Parquet "
                            r"column \[?(.+?)\]?\. Expected Spark type (\S+?), actual Parquet type (\S+?)\.")
@@ -74,7 +76,8 @@ class FileSource(Source):
         options: dict[str, str] = {}
         if fmt == "csv":
             # enforceSchema=false: each file's header must name the schema's columns, in order.
-            options.update(header="true", enforceSchema="false")
+            options.update(header="true", enforceSchema="false",
+                           maxCharsPerColumn=str(self.ctx.settings.file_source.max_field_chars))
         if fmt in TEXT_FORMATS:
             options.update(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT)
         path = self.opts.path
@@ -91,7 +94,11 @@ class FileSource(Source):
         try:
             inferred = spark.read.format(fmt).options(**options, **({"inferSchema": "true"} if fmt == "csv" else {})) \
                 .load(path).schema
-        except AnalysisException as exc:
+        except Exception as exc:
+            if FIELD_TOO_LONG in chain_text(exc):
+                raise self._field_too_long(path if local is not None else None) from exc
+            if not isinstance(exc, AnalysisException):
+                raise
             if "avro" in str(exc).lower() and fmt == "avro":
                 raise self.ctx.error("reading avro files needs the spark-avro connector, which is not installed",
                                      hint="convert the files to parquet, or add spark-avro to the connector jars",
@@ -135,6 +142,9 @@ class FileSource(Source):
 
     def explain_failure(self, raw: DataFrame, exc: BaseException) -> StreamlingError | None:
         text = chain_text(exc)
+        if FIELD_TOO_LONG in text and self.opts.format == "csv":
+            local = self._local_path()
+            return self._field_too_long(os.path.abspath(local) if local is not None else None)
         spark = raw.sparkSession
         found = self._bad_record(spark, text)
         if found is None and ("CSV header does not conform" in text or "Number of column in CSV header" in text):
@@ -147,6 +157,18 @@ class FileSource(Source):
         if not self._owns(uri):  # another source of the same flow read that file
             return None
         return self.ctx.error(message, hint=HINT, code=code)
+
+    def _field_too_long(self, local: str | None) -> StreamlingError:
+        """A CSV field longer than ``file_source.max_field_chars``: name the file and line (local
+        files are scanned for it; univocity's error names neither) and the key to raise."""
+        limit = self.ctx.settings.file_source.max_field_chars
+        found = _long_line(local, limit) if local is not None else None
+        where = f"field at {self._display(found[0])}:{found[1]}" if found else f"a field in {self.opts.path}"
+        return self.ctx.error(
+            f"{where} is longer than {limit} characters (file_source.max_field_chars)",
+            hint="raise file_source.max_field_chars (STREAMLING__FILE_SOURCE__MAX_FIELD_CHARS) above the field's "
+                 "length, with spark.driver.memory to match, or fix the file; nothing from the file was written",
+            code="field_too_long")
 
     def _bad_record(self, spark: SparkSession, text: str) -> tuple[str, str, str] | None:
         start = text.find(BAD_RECORD)
@@ -316,6 +338,31 @@ def _line_number_spark(spark: SparkSession, uri: str, first: str, prefix: bool) 
     if hit is None or hit[0] is None:
         return None
     return lines.where(F.col("n") < hit[0]).count() + 1
+
+
+def _long_line(path: str, limit: int) -> tuple[str, int] | None:
+    """The first file under ``path`` (a file, folder or glob) with a line longer than ``limit``
+    bytes, and that line's number: where a too-long field is. Read in chunks, never a whole line."""
+    files = sorted(glob.glob(os.path.join(path, "**", "*"), recursive=True)) if os.path.isdir(path) \
+        else sorted(glob.glob(path))
+    for file in files:
+        if not os.path.isfile(file) or os.path.basename(file).startswith((".", "_")):
+            continue
+        try:
+            with open(file, "rb") as fh:
+                number, length = 1, 0
+                while chunk := fh.read(1 << 20):
+                    start = 0
+                    while (end := chunk.find(b"\n", start)) >= 0:
+                        if length + end - start > limit:
+                            return file, number
+                        number, length, start = number + 1, 0, end + 1
+                    length += len(chunk) - start
+                    if length > limit:
+                        return file, number
+        except OSError:
+            continue
+    return None
 
 
 def _csv_header(uri: str) -> list[str] | None:
