@@ -57,22 +57,21 @@ def test_a_failing_magic_stops_the_notebook_with_one_clean_error(tmp_path: Path)
     assert error.evalue.startswith("Node 'orders': unknown source type 'generat' (did you mean 'generate'?); "
                                    "available source types: ")
     assert "\n" not in error.evalue
-    failed = nb.cells[3]
+    failed = nb.cells[1]  # the definition cell checks its node at once
     [output] = _errors(failed)
     _assert_clean(output)
     assert output.evalue == error.evalue
     assert not [o for o in failed.outputs if o.output_type == "stream" and o.name == "stderr"]
-    later = nb.cells[4]
-    assert later.execution_count is None and later.outputs == []
+    for later in nb.cells[2:]:
+        assert later.execution_count is None and later.outputs == []
 
 
 def test_every_problem_is_one_line_of_the_error(tmp_path: Path) -> None:
     nb, error = execute(tmp_path, "%load_ext streamling",
-                        "%%streamling source orders\ntype: generat\n",
-                        "%%streamling sink out --from orders\ntype: prnt\n",
-                        "%streamling validate")
+                        "%%streamling pipeline\nsources:\n  orders: {type: generat}\n"
+                        "sinks:\n  out: {type: prnt, from: orders}\n")
     assert error is not None
-    [output] = _errors(nb.cells[3])
+    [output] = _errors(nb.cells[1])
     _assert_clean(output)
     first, second = output.evalue.splitlines()
     assert first.startswith("Node 'orders': unknown source type 'generat' (did you mean 'generate'?)")
@@ -116,3 +115,25 @@ def test_a_parameter_reference_in_a_cell(tmp_path: Path, monkeypatch: pytest.Mon
     assert "orders:\n    type: generate\n    rows: 7\n" in printed
     assert "from:\n    - orders\n" in printed
 
+
+
+@pytest.mark.spark
+def test_a_sql_mistake_shows_one_error_and_no_spark_output(tmp_path: Path) -> None:
+    """What a user sees on ``show`` with an unknown column: the one-line error, no JVM or PySpark
+    log above it (py4j tracebacks, the SQLQueryContextLogger plan dump, the JVM's start-up lines)."""
+    nb, error = execute(tmp_path, "%load_ext streamling",
+                        "%%streamling source orders\ntype: generate\nrows: 10\nprimary_key: id\n",
+                        "%%streamling transform big --from orders\nSELECT id, amout FROM orders\n",
+                        "%%streamling sink out --from big\ntype: blackhole\n",
+                        "%streamling show")
+    assert error is not None
+    shown = nb.cells[4]
+    [output] = _errors(shown)
+    _assert_clean(output)
+    assert output.evalue.startswith("Node 'big': ") and "amout" in output.evalue
+    assert [o.output_type for o in shown.outputs] == ["error"], shown.outputs  # nothing above it
+    noise = ("org.apache.spark", "SQLQueryContextLogger", "WARNING: Using incubator modules",
+             "Setting default log level")
+    stderr = "".join(o.text for cell in nb.cells for o in cell.outputs
+                     if o.output_type == "stream" and o.name == "stderr")
+    assert not [n for n in noise if n in stderr], stderr

@@ -243,3 +243,16 @@ def test_a_failing_cell_shows_one_pipeline_error_line(ip: Any, capsys: pytest.Ca
     assert "PipelineError: Node 'ghost': there is no node 'ghost' — nodes: none yet" in shown.out + shown.err
     assert "Traceback" not in shown.out + shown.err
     assert ip.custom_exceptions == (PipelineError,)  # the handler did not fail and unregister itself
+
+
+def test_spark_failure_logs_are_silenced_unless_full_traceback(ip: Any) -> None:
+    import logging
+
+    py4j = logging.getLogger("py4j.clientserver")
+    assert py4j.level == logging.CRITICAL  # since the extension loaded
+    ip.run_line_magic("config", "StreamlingMagics.full_traceback = True")
+    try:
+        assert py4j.level == logging.DEBUG
+    finally:
+        ip.run_line_magic("config", "StreamlingMagics.full_traceback = False")
+    assert py4j.level == logging.CRITICAL

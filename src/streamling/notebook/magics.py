@@ -20,7 +20,7 @@ from typing import Any, TextIO, cast
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.display import display
-from traitlets import Bool, Int, Unicode
+from traitlets import Bool, Int, Unicode, observe
 
 from streamling.errors import StreamlingError, ValidationError, java_message
 from streamling.notebook import render
@@ -93,6 +93,13 @@ class StreamlingMagics(Magics):
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
         self._pipeline: NotebookPipeline | None = None
+
+    @observe("full_traceback")
+    def _full_traceback_changed(self, change: Mapping[str, Any]) -> None:
+        """Spark's and py4j's own failure logs are part of the full picture: shown only with it."""
+        from streamling.cli import quiet_spark_python_logs
+
+        quiet_spark_python_logs(debug=bool(change["new"]))
 
     @property
     def pipeline(self) -> NotebookPipeline:
