@@ -39,6 +39,8 @@ def setup_logging(fmt: str, debug: bool, capture: io.StringIO | None = None) -> 
     handler = logging.StreamHandler(capture or sys.stderr)
     handler.setFormatter(_JsonFormatter() if fmt == "json" else
                          logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if not debug:  # py4j logs its lost connections (a dead JVM) on the root logger, with tracebacks
+        handler.addFilter(lambda record: f"{os.sep}py4j{os.sep}" not in record.pathname)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)
@@ -58,6 +60,19 @@ def quiet_spark_python_logs(debug: bool) -> None:
 
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(level)
+    if not debug:
+        # When the JVM dies, PySpark's accumulator server prints an EOFError traceback to stderr
+        # (socketserver's default); the run reports the JVM's death once, with its cause.
+        from pyspark import accumulators
+
+        for name in ("AccumulatorTCPServer", "AccumulatorUnixServer"):
+            server = getattr(accumulators, name, None)
+            if server is not None:
+                server.handle_error = _accumulator_connection_lost
+
+
+def _accumulator_connection_lost(_server: Any, _request: Any, client_address: Any) -> None:
+    log.debug("accumulator connection from %s lost", client_address, exc_info=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -243,6 +258,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - a bug is still one line; the trace is for --debug
+        from streamling.runtime.jvm_death import jvm_failure
+
+        jvm = jvm_failure(exc)
+        if jvm is not None:  # not a bug of ours: the JVM ran out of memory or died
+            log.error("%s — %s", jvm.what, jvm.hint, exc_info=args.debug)
+            return 2
         log.error("internal error: %s: %s%s", type(exc).__name__, exc,
                   "" if args.debug else " (run with --debug for the trace, and report it)",
                   exc_info=args.debug)

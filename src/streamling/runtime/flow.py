@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamling.errors import StreamlingError, chain_text, java_message, node_failure_from_text
 from streamling.runtime import events as ev
+from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import Epoch, Sink, Source, Transform
 from streamling.runtime.planner import Flow, Plan
 from streamling.runtime.retry import STOPPED, call_with_retry
@@ -310,9 +311,11 @@ class FlowRunner:
                 err = self._explain(exc) or exc
                 node = err.node
             else:
+                jvm = jvm_failure(exc)
                 err = self._explain(exc) or StreamlingError(
-                    f"flow '{self.flow.name}' failed in epoch {batch_id}: {java_message(exc)}",
-                    user=False, code="epoch_failed", cause=exc)
+                    f"flow '{self.flow.name}' failed in epoch {batch_id}: "
+                    f"{jvm.what if jvm else java_message(exc)}", hint=jvm.hint if jvm else None,
+                    user=False, code="jvm_failed" if jvm else "epoch_failed", cause=exc)
                 node = None
             self.failure = err
             self.bus.publish(ev.PipelineError(self.flow.name, node=node, message=err.headline()))

@@ -11,6 +11,7 @@ from streamling.config import Settings
 from streamling.errors import StreamlingError, java_message
 from streamling.runtime import events as ev
 from streamling.runtime.flow import FlowRunner
+from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import Transform
 from streamling.runtime.planner import Plan, analyze, build_plan
 from streamling.runtime.retry import STOPPED, clear_stop
@@ -153,6 +154,10 @@ class PipelineRun:
         if runner.failure is not None:
             return runner.failure
         exc = runner.query.exception() if runner.query is not None else None
+        jvm = jvm_failure(exc) if exc is not None else None
+        if jvm is not None:
+            return StreamlingError(f"flow '{runner.flow.name}' stopped: {jvm.what}", hint=jvm.hint, user=False,
+                                   code="jvm_failed")
         return StreamlingError(f"flow '{runner.flow.name}' stopped: {java_message(exc) if exc else 'unknown error'}",
                                user=False, code="flow_failed")
 

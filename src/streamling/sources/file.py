@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from streamling.errors import StreamlingError, chain_text
+from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import GS_OP, NodeContext, Source
 from streamling.spec.nodes import FileSourceOptions
 from streamling.util import parse_duration_secs
@@ -97,6 +98,10 @@ class FileSource(Source):
         except Exception as exc:
             if FIELD_TOO_LONG in chain_text(exc):
                 raise self._field_too_long(path if local is not None else None) from exc
+            jvm = jvm_failure(exc)
+            if jvm is not None:
+                raise self.ctx.error(f"inferring the schema of {self.opts.path!r}: {jvm.what}", hint=jvm.hint,
+                                     code="jvm_failed") from exc
             if not isinstance(exc, AnalysisException):
                 raise
             if "avro" in str(exc).lower() and fmt == "avro":
