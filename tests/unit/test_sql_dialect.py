@@ -324,3 +324,11 @@ def test_kafka_source_filter_is_validated_as_datafusion(tmp_path: Path) -> None:
     assert [p.headline() for p in info.value.problems] == [
         "kafka source 'orders': filter: unknown function sha2() (Spark's sha2 is not part of Streamling SQL) "
         "(did you mean 'sha512', 'sha256', 'sha224'?) [sources.orders.filter (line 2)]"]
+
+
+def test_current_time_says_why_it_cannot_run() -> None:
+    from streamling.spec.sql import analyze_sql
+
+    assert analyze_sql("SELECT current_time() AS t FROM s").problems == [
+        "current_time() cannot run on Spark with DataFusion's meaning: a time-of-day type is not enabled on Spark "
+        "here; use date_format(now(), 'HH:mm:ss.SSSSSS') for text, or now() for a timestamp"]

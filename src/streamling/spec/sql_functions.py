@@ -530,6 +530,8 @@ NOT_FAITHFUL: dict[str, str] = {
     "array_remove": "DataFusion's array_remove drops only the first match and Spark has no equivalent; "
                     "array_remove_all(array, value) drops every match",
     "date_bin": "date_bin has no Spark equivalent; use date_trunc(unit, ts)",
+    "current_time": "a time-of-day type is not enabled on Spark here; use date_format(now(), 'HH:mm:ss.SSSSSS') "
+                    "for text, or now() for a timestamp",
     "chr": "Spark's chr wraps code points modulo 256; write the character as a string literal",
     "encode": "encode's base64 and hex output differ on Spark; use to_hex or _gs_byte_to_hex",
     "decode": "decode's base64 and hex input differ on Spark; use _gs_hex_to_byte",
