@@ -235,3 +235,15 @@ def test_csv_field_over_the_limit_at_start_is_reported_before_any_epoch(runner, 
         runner.run(_lake(data, "csv", tmp_path / "out"), file_source={"max_field_chars": LIMIT})
     assert info.value.headline() == ("pipeline is invalid (1 problem):\n"
                                      f"  - file source 'src': field at {data}/a.csv:4{TOO_LONG}")
+
+
+def test_json_string_over_the_readers_limit_is_named_as_the_likely_cause(runner, tmp_path: Path, read_delta) -> None:
+    data = tmp_path / "in"
+    data.mkdir()
+    (data / "a.jsonl").write_text(f'{{"id": 1, "v": "x"}}\n{{"id": 2, "v": "{"y" * 20_000_001}"}}\n')
+    run = runner.pipeline(_lake(data, "jsonl", tmp_path / "out"))
+    run.start()
+    assert _fails(run) == (f"file source 'src': {data}/a.jsonl line 2: the line is longer than 20000000 characters "
+                           "and does not parse: a string value over the JSON reader's limit of 20000000 characters "
+                           f"(not configurable) is the likely cause{HINT}")
+    assert read_delta(tmp_path / "out") == []

@@ -42,6 +42,7 @@ RECORD_CHARS = 20000  # how much of a bad record travels in the error (enough to
 HINT = "fix the file (or remove it from the folder) and restart; nothing from this epoch was written"
 # univocity's words when a CSV field outgrows ``maxCharsPerColumn`` (file_source.max_field_chars).
 FIELD_TOO_LONG = "exceeds the maximum number of characters defined in your parser settings"
+JSON_STRING_LIMIT = 20_000_000  # Jackson's StreamReadConstraints.maxStringLength, as Spark leaves it
 _FAILED_READ = re.compile(r"Encountered error while reading file (\S+?)\.(?:\s|$)")
 _PARQUET_TYPE = re.compile(r"Encountered error while reading file (\S+?)\. Data type mismatches when reading Parquet "
                            r"column \[?(.+?)\]?\. Expected Spark type (\S+?), actual Parquet type (\S+?)\.")
@@ -192,6 +193,8 @@ class FileSource(Source):
         if not truncated:
             explain = self._csv_problem if self.opts.format == "csv" else self._json_problem
             problem = explain(record, nulls)
+        if problem is None and truncated and SPARK_FORMAT[self.opts.format] == "json":
+            problem = _json_too_long(uri, line)
         if problem is None:
             columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in self.schema.fields)
             problem = f"the record does not fit the source's columns ({columns}): '{_short(record)}'"
@@ -368,6 +371,16 @@ def _long_line(path: str, limit: int) -> tuple[str, int] | None:
         except OSError:
             continue
     return None
+
+
+def _json_too_long(uri: str, line: int | None) -> str | None:
+    """Why a long JSON line did not parse, when it holds more than Jackson's string limit."""
+    local = _local_file(uri)
+    found = _long_line(local, JSON_STRING_LIMIT) if local is not None and line else None
+    if found is None or found[1] != line:
+        return None
+    return (f"the line is longer than {JSON_STRING_LIMIT} characters and does not parse: a string value over "
+            f"the JSON reader's limit of {JSON_STRING_LIMIT} characters (not configurable) is the likely cause")
 
 
 def _csv_header(uri: str) -> list[str] | None:
