@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -119,6 +120,7 @@ class _Shell:
         self.user_ns = user_ns
         self.registered: list[Any] = []
         self.custom_exc: tuple[Any, Any] | None = None
+        self.magics_manager = types.SimpleNamespace(registry={})
 
     def register_magics(self, magics: Any) -> None:
         self.registered.append(magics)
