@@ -281,11 +281,13 @@ def test_existing_table_without_matching_key_is_an_error(h: Harness, pg: Any, un
 
 def test_constraint_violation_is_not_retried(h: Harness, pg: Any, unique_name: str) -> None:
     pg.execute(f"CREATE TABLE {unique_name} (id bigint PRIMARY KEY, name text NOT NULL, amount float8)")
-    sink = h.sink(unique_name, overrides={"retry": {"max_attempts": 5, "initial_backoff_ms": 2000}})
+    # a retry would wait a minute first: finishing well before that proves there was none, even on a busy machine
+    sink = h.sink(unique_name, overrides={"retry": {"max_attempts": 5, "initial_backoff_ms": 60000,
+                                                    "max_backoff_ms": 60000}})
     started = time.monotonic()
     with pytest.raises(StreamlingError) as info:
         h.write(sink, [(1, None, 1.0, "i")])
-    assert time.monotonic() - started < 2  # no backoff: failed on the first attempt
+    assert time.monotonic() - started < 30  # no backoff: failed on the first attempt
     err = info.value
     assert not err.retriable and err.node == SINK and err.node_kind == "postgres sink"
     assert "SQLSTATE 23502" in str(err) and "name" in str(err)
