@@ -3,7 +3,7 @@
 A ``StreamlingError`` says what was being attempted, on which node, and what to do. Two flags
 drive behaviour elsewhere: ``user`` (a problem in the pipeline, config or data: ``--validate``
 reports it as ``is_valid: false``, and no Java stack trace is shown) and ``retriable`` (a
-transient failure such as a refused connection: sinks retry it with backoff).
+transient failure such as a refused connection: the flow retries the step with backoff; nodes only classify).
 """
 
 from __future__ import annotations
