@@ -45,7 +45,7 @@ def select(spark: Any, columns: dict[str, tuple[Arg, ...]], view: str = "t") -> 
 
 @pytest.fixture(scope="module")
 def view(spark: Any) -> str:
-    catalog.register_udfs(spark)  # build_session did it already; a second call is a no-op
+    catalog.register_udfs(spark)  # as an SQL transform does before its query; a second call is a no-op
     spark.sql("""
         SELECT * FROM VALUES
           (1, 'a b  c', 'a.b..c', 'FF', '16', '10', 'Hello', '0x0A0b', 1, 5, 2, 'a.b.c'),

@@ -4,8 +4,9 @@ Each function is either an **expression**: a rewrite of the call into Spark buil
 trees, Spark dialect), so it runs in the JVM at Spark speed; or a **udf**: a vectorised Arrow UDF
 registered in the session under ``udf_name``, for what Spark cannot express (hashes, base58, …).
 The SQL translator (``streamling.spec.sql_translate``) looks calls up here by lower-cased name,
-checks their argument count at validate time and rewrites them; ``build_session`` calls
-``register_udfs`` once per session, before any query runs.
+checks their argument count at validate time and rewrites them; where translated SQL runs (an SQL
+transform's query, a Kafka source's filter) ``register_udfs`` registers them once per session, so a
+pipeline that calls none pays nothing at start-up.
 
 Streamling's literal-argument gotcha (``_gs_split_string_to_array``, ``_gs_generate_series``,
 ``_gs_conv_base`` read a literal argument as a one-row array, so mixing literal and column arguments

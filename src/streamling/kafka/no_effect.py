@@ -2,23 +2,20 @@
 
 A ``config.yaml`` or pipeline written for Streamling must load unchanged, but a key that silently
 does nothing invites tuning that changes nothing. Each warning says which key, why it has no
-effect here and, where one exists, what to use instead. The warnings are logged when a plan is
-built, so ``--validate`` lists them (its ``warnings`` are the WARN lines it saw) and a run logs
-them once at start. No Spark, no connections. Node keys (``batch_size`` …) are reported by the
-nodes themselves (``Node.ineffective_keys``).
+effect here and, where one exists, what to use instead. The planner logs them with every other
+key without effect when a plan is built, so ``--validate`` lists them (its ``warnings`` are the
+WARN lines it saw) and a run logs them once at start. No Spark, no connections. Node keys
+(``batch_size`` …) are reported by the nodes themselves (``Node.ineffective_keys``).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from streamling.config.settings import KafkaSourceSettings, Settings
 
 if TYPE_CHECKING:
     from streamling.spec.pipeline import PipelineSpec
-
-log = logging.getLogger("streamling.kafka")
 
 
 def kafka_warnings(spec: PipelineSpec, settings: Settings) -> list[str]:
@@ -52,7 +49,3 @@ def kafka_warnings(spec: PipelineSpec, settings: Settings) -> list[str]:
                            "(Streamling ignores it there too)")
     return out
 
-
-def log_kafka_warnings(spec: PipelineSpec, settings: Settings) -> None:
-    for warning in kafka_warnings(spec, settings):
-        log.warning("%s", warning)

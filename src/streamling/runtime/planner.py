@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamling.config import Settings
 from streamling.errors import StreamlingError, ValidationError
-from streamling.kafka.no_effect import log_kafka_warnings
+from streamling.kafka.no_effect import kafka_warnings
 from streamling.runtime.nodes import Node, NodeContext, Sink, Source, Transform
 from streamling.spec.nodes import DynamicTableTransformOptions, parse_key
 from streamling.spec.pipeline import NodeSpec, PipelineSpec
@@ -141,7 +141,6 @@ def _instantiate(spec: NodeSpec, ctx: NodeContext) -> Node:
 
 
 def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) -> Plan:
-    log_kafka_warnings(spec, settings)
     keys = effective_keys(spec)
     plan = Plan(spec=spec, settings=settings, flows=split_flows(spec), keys=keys)
     # The plan's dynamic tables by node name: each DynamicTableTransform registers its backend,
@@ -172,6 +171,8 @@ def _report_ineffective_keys(plan: Plan) -> None:
     the warnings): Streamling keys are accepted so pipelines load unchanged, never silently ignored."""
     for key, why in plan.settings.ineffective_keys():
         log.warning("config key '%s' has no effect here: %s", key, why)
+    for warning in kafka_warnings(plan.spec, plan.settings):  # connection keys, only with Kafka nodes
+        log.warning("%s", warning)
     for node in plan.nodes.values():
         for key, why in node.ineffective_keys().items():
             log.warning("%s: '%s' has no effect here: %s", node.ctx.spec.label, key, why)

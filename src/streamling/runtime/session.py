@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from streamling.config import Settings
 from streamling.errors import StreamlingError
-from streamling.functions.catalog import register_udfs
 from streamling.runtime.jvm_output import launch_with_filtered_stderr
 
 if TYPE_CHECKING:
@@ -93,7 +92,6 @@ def build_session(settings: Settings, app_name: str = "streamling") -> SparkSess
     active = SparkSession.getActiveSession()
     if active is not None:
         _apply_runtime_settings(active, settings)
-        register_udfs(active)
         return active
     jars = ensure_jars()
     log4j = Path(str(resources.files("streamling.runtime").joinpath("log4j2.properties")))
@@ -138,7 +136,6 @@ def build_session(settings: Settings, app_name: str = "streamling") -> SparkSess
     spark = launch_with_filtered_stderr(builder.getOrCreate)
     spark.sparkContext.setLogLevel("ERROR")
     _apply_runtime_settings(spark, settings)
-    register_udfs(spark)  # Streamling's SQL functions, before any query can call them
     return spark
 
 

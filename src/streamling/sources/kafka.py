@@ -23,16 +23,15 @@ to the group are never read back, so a fresh state backend starts where the pipe
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import logging
 import re
 import struct
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from streamling.errors import StreamlingError, chain_text, java_message
+from streamling.functions.catalog import register_udfs
 from streamling.kafka.avro import (
     WideDecimalError,
     exact_json_decimals,
@@ -199,8 +198,8 @@ class KafkaSource(Source):
             try:
                 # the filter is DataFusion SQL, as in Streamling: translated for Spark
                 types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
-                with _quiet_query_context_log():
-                    out = out.where(F.expr(spark_expression(self.opts.filter, types)))
+                register_udfs(out.sparkSession)  # the filter may call Streamling's SQL functions
+                out = out.where(F.expr(spark_expression(self.opts.filter, types)))
             except Exception as exc:  # noqa: BLE001 - Spark raises parse and analysis errors as several types
                 raise self._filter_error(exc, out.columns) from exc
         return out
@@ -332,23 +331,6 @@ class KafkaSource(Source):
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
-
-
-@contextlib.contextmanager
-def _quiet_query_context_log() -> Iterator[None]:
-    """PySpark logs each analysis error with its whole plan at ERROR before raising it; the user
-    error raised instead says what is wrong, and the cause stays attached for ``--debug``."""
-    from pyspark.logger import PySparkLogger
-
-    loggers = [PySparkLogger.getLogger(n) for n in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
 
 
 def _names(columns: list[Column]) -> list[str]:
