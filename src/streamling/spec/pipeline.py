@@ -20,6 +20,7 @@ from streamling.spec.nodes import (
     RESERVED_LABELS,
     DynamicTableTransformOptions,
     FromNodeOptions,
+    KafkaSourceOptions,
     NodeOptions,
     NodeType,
     SqlTransformOptions,
@@ -290,8 +291,8 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
         path = spec.path.removeprefix(prefix)
         kind = f"{spec.type} {spec.kind}"
         if spec.kind == "source":
-            predicate = getattr(spec.options, "filter", None)
-            for problem in expression_problems(predicate) if isinstance(predicate, str) and predicate else []:
+            predicate = spec.options.filter if isinstance(spec.options, KafkaSourceOptions) else None
+            for problem in expression_problems(predicate) if predicate else []:
                 col.add(f"{path}.filter", f"filter: {problem}", node=spec.name, node_kind=kind)
             continue
         assert isinstance(spec.options, FromNodeOptions)
