@@ -66,7 +66,7 @@ def test_config_file_may_hold_sections_for_other_connectors(tmp_path: Path) -> N
     _write(tmp_path / "config.yaml", "kafka_source:\n  brokers: redpanda:19092\nclickhouse_sink:\n  url: http://ch\n")
     s = load_settings(environ={}, cwd=tmp_path)
     assert s.kafka_source.brokers == "redpanda:19092"
-    assert s.model_dump()["clickhouse_sink"] == {"url": "http://ch"}
+    assert s.clickhouse_sink.url == "http://ch"
 
 
 def test_missing_config_file_is_fine(tmp_path: Path) -> None:

@@ -49,13 +49,13 @@ def test_node_keys_without_effect_are_named_with_the_reason(tmp_path: Path, capl
 
 def test_config_keys_without_effect_are_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
-    (tmp_path / "config.yaml").write_text("admin_api_port: 3001\nclickhouse_sink: {url: 'http://ch:8123'}\n"
+    (tmp_path / "config.yaml").write_text("admin_api_port: 3001\nopen_telemetry_metrics: {batch_interval_secs: 5}\n"
                                           "drain_policy: fast\nrecord_batch_interval_ms: 50\n")
     settings = load_settings(environ={}, cwd=tmp_path)
     build_plan(parse_pipeline("sources: {s: {type: generate, rows: 1}}\nsinks: {o: {type: blackhole, from: s}}"),
                settings, dry_run=True)
     warnings = _warnings(caplog)
-    for key in ("admin_api_port", "clickhouse_sink", "drain_policy", "record_batch_interval_ms"):
+    for key in ("admin_api_port", "open_telemetry_metrics", "drain_policy", "record_batch_interval_ms"):
         assert any(w.startswith(f"config key '{key}' has no effect here: ") for w in warnings), key
     assert len(warnings) == 4
 
@@ -75,9 +75,9 @@ def test_unknown_config_sections_are_rejected_like_unknown_pipeline_keys(tmp_pat
 @pytest.mark.parametrize(("type_name", "message"), [
     ("basic_plugin.random_source", "source 'src': source type 'basic_plugin.random_source' is not available: no "
                                    "installed plugin provides it (this build runs built-in types only); "
-                                   "available source types: file, generate, kafka"),
-    ("clickhouse", "source 'src': source type 'clickhouse' is not available in this build yet; available source "
-                   "types: file, generate, kafka"),
+                                   "available source types: clickhouse, file, generate, hybrid, kafka"),
+    ("delta", "source 'src': source type 'delta' is not available in this build yet; available source "
+              "types: clickhouse, file, generate, hybrid, kafka"),
 ])
 def test_types_that_are_not_available_say_so(type_name: str, message: str) -> None:
     with pytest.raises(ValidationError) as info:

@@ -131,7 +131,8 @@ def test_errors_fail_the_cell_with_one_line_per_problem(ip: Any) -> None:
         ip.run_line_magic("streamling", "validate")
     message = str(err.value)
     assert message == ("Node 'out': unknown sink type 'prnt' (did you mean 'print'?); "
-                       "available sink types: blackhole, delta, kafka, postgres, print, webhook")
+                       "available sink types: blackhole, clickhouse, delta, kafka, postgres, postgres_aggregate, "
+                       "print, webhook")
     assert str(at_cell.value) == message
     assert "Traceback" not in message
 

@@ -19,7 +19,7 @@ import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from streamling.errors import StreamlingError
-from streamling.util import did_you_mean
+from streamling.util import did_you_mean, parse_duration_secs
 
 ENV_PREFIX = "STREAMLING__"
 _SECRET_KEYS = re.compile(r"(pass(word)?|secret|secret[._-]?key|token|sasl_password|api_key|credentials?)$",
@@ -234,6 +234,46 @@ class FileSourceSettings(_Section):
     max_field_chars: int = Field(default=10_485_760, ge=1024)
 
 
+class ClickHouseConnection(_Section):
+    """``clickhouse_source.*`` / ``clickhouse_sink.*``: where the ClickHouse HTTP interface is."""
+
+    url: str = "http://localhost:8123"
+    user: str = "default"
+    password: str | None = None
+    database: str = "default"
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value.strip(), re.I):
+            raise ValueError(f"must be an http:// or https:// URL of ClickHouse's HTTP interface (got {value!r})")
+        return value.strip().rstrip("/")
+
+    def describe(self) -> str:
+        return f"{self.url} (database {self.database}, user {self.user})"
+
+
+class ClickHouseSourceSettings(ClickHouseConnection):
+    #: most rows in one epoch (one page of the sort key)
+    page_size: int = Field(default=10_000_000, ge=1)
+    #: widest span of a numeric sort key one query reads; halved when a query times out
+    sort_key_range: int = Field(default=1_000_000, ge=1, validation_alias=AliasChoices("sort_key_range", "block_range"))
+
+
+class ClickHouseSinkSettings(ClickHouseConnection):
+    compression: Literal["none", "gzip", "zstd", "lz4"] = "zstd"
+    compression_level: int = Field(default=6, ge=0, le=22)
+    #: rows per INSERT (an epoch larger than this is sent as several inserts)
+    batch_size: int = Field(default=100_000, ge=1)
+    batch_flush_interval: str = "1s"
+
+    @field_validator("batch_flush_interval")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        parse_duration_secs(value)
+        return value
+
+
 class Settings(BaseModel):
     """The whole runtime configuration.
 
@@ -282,8 +322,8 @@ class Settings(BaseModel):
     plugin: dict[str, Any] = Field(default_factory=dict)
     plugin_drain_budget_secs: float = 60
     backpressure_event_threshold_ms: int = 100
-    clickhouse_source: dict[str, Any] = Field(default_factory=dict)
-    clickhouse_sink: dict[str, Any] = Field(default_factory=dict)
+    clickhouse_source: ClickHouseSourceSettings = Field(default_factory=ClickHouseSourceSettings)
+    clickhouse_sink: ClickHouseSinkSettings = Field(default_factory=ClickHouseSinkSettings)
 
     def ineffective_keys(self) -> list[tuple[str, str]]:
         """``(key, why)`` for each key set away from its default that does nothing on Spark here."""
@@ -365,8 +405,6 @@ _INEFFECTIVE: dict[str, str] = {
     "plugin_drain_budget_secs": f"plugins {_LATER}",
     "backpressure_event_threshold_ms": "backpressure events are not emitted by this build; Spark's query progress "
                                        "(input vs processing rate) shows backpressure",
-    "clickhouse_source": f"ClickHouse {_LATER}",
-    "clickhouse_sink": f"ClickHouse {_LATER}",
     "postgres_sink.batch_flush_interval": "a Postgres sink flushes once per epoch, in one transaction; set "
                                           "checkpoint_interval_sec to flush more or less often",
 }

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails
 
 from streamling.spec.types import check_type_names
@@ -161,6 +161,82 @@ class KafkaSourceOptions(NodeOptions):
         if self.data_format == "avro" and self.schema_:
             raise ValueError("'schema' is only for data_format: json; Avro schemas come from the schema registry")
         return self
+
+
+class ClickHouseSourceOptions(NodeOptions):
+    """A bounded scan of a ClickHouse table in sort-key order, one page per epoch."""
+
+    type: Literal["clickhouse"] = "clickhouse"
+    table_name: str
+    columns: list[str] | None = Field(default=None, description="columns to read (csv); default all")
+    filter: str | None = Field(default=None, description="ClickHouse SQL predicate, run by ClickHouse")
+    start_at: str | int | None = Field(default=None, description="first sort-key value read (inclusive)")
+
+    _columns = field_validator("columns", mode="before")(classmethod(lambda cls, value: _csv_list(value)))
+
+
+def _csv_list(value: Any) -> Any:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
+class HybridBoundedSource(BaseModel):
+    """The history a ``hybrid`` source reads first."""
+
+    model_config = ConfigDict(extra="forbid")
+    source_type: Literal["clickhouse"] = "clickhouse"
+    table_name: str
+    columns: list[str] | None = None
+    filter: str | None = None
+    start_at: str | int | None = None
+
+    _columns = field_validator("columns", mode="before")(classmethod(lambda cls, value: _csv_list(value)))
+
+
+class HybridUnboundedSource(BaseModel):
+    """The live topic a ``hybrid`` source continues with; Kafka source keys."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    source_type: Literal["kafka"] = "kafka"
+    topic: str
+    filter: str | None = None
+    start_at: str = Field(default="earliest", description="where partitions missing from offset_table start: "
+                                                          "earliest, latest or epoch milliseconds")
+    include_metadata: bool = False
+    data_format: Literal["avro", "json"] = "avro"
+    schema_: dict[str, str] | None = Field(default=None, alias="schema")
+    validate_writer_schema_ordering: bool = True
+    schema_id_overrides: list[SchemaIdOverride] | None = None
+    skip_schema_resolution: bool = False
+    skip_schema_resolution_for_reader_schema_ids: list[int] | None = None
+
+    def kafka_options(self, base: NodeOptions) -> KafkaSourceOptions:
+        """This phase as a Kafka source node's options (the hybrid's key and telemetry carried over)."""
+        data = self.model_dump(by_alias=True, exclude={"source_type", "start_at"}, exclude_none=True)
+        return KafkaSourceOptions.model_validate({**data, "type": "kafka", "starting_offsets": self.start_at,
+                                                  "primary_key": base.primary_key,
+                                                  "telemetry": base.telemetry})
+
+
+class OffsetTable(BaseModel):
+    """A ClickHouse table holding, per topic partition, the Kafka offset the history reaches."""
+
+    model_config = ConfigDict(extra="forbid")
+    topic_name: str
+    table_name: str
+    topic_column: str = "topic"
+    partition_column: str = "partition"
+    offset_column: str = "offset"
+
+
+class HybridSourceOptions(NodeOptions):
+    """Backfill from ClickHouse, then continue from Kafka where the history ends."""
+
+    type: Literal["hybrid"] = "hybrid"
+    bounded_sources: list[HybridBoundedSource] = Field(min_length=1)
+    unbounded_source: HybridUnboundedSource
+    offset_table: OffsetTable | None = None
 
 
 # --- transforms ----------------------------------------------------------------------------------
@@ -382,6 +458,57 @@ class WebhookSinkOptions(HttpNodeOptions):
     skip_on_error: bool = False
 
 
+class ClickHouseSinkOptions(FromNodeOptions):
+    """Upserts into a ClickHouse table: ReplacingMergeTree rows (append-only) or INSERT + DELETE."""
+
+    type: Literal["clickhouse"] = "clickhouse"
+    table: str
+    version_column_name: str | None = None
+    append_only_mode: bool = True
+    schema_override: dict[str, str] | None = Field(default=None, validation_alias=AliasChoices(
+        "schema_override", "schema_overrides"), description="column → ClickHouse type for created tables")
+    compression: Literal["none", "gzip", "zstd", "lz4"] | None = None
+    compression_level: int | None = Field(default=None, ge=0, le=22)
+    deduplicate: bool = True
+
+
+class AggregateGroupBy(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: str | None = Field(default=None, alias="from")
+    type: str | None = Field(default=None, description="Postgres type of the column in the aggregate table")
+
+
+class AggregateColumn(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: str | None = Field(default=None, alias="from")
+    fn: Literal["sum", "count", "avg", "min", "max"]
+    type: str | None = Field(default=None, description="Postgres type of the aggregate, e.g. numeric(30,5)")
+
+    @field_validator("fn", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+
+class PostgresAggregateSinkOptions(FromNodeOptions):
+    """Rows land in an append-only table; a statement-level trigger folds them into aggregates."""
+
+    type: Literal["postgres_aggregate"] = "postgres_aggregate"
+    schema_: str = Field(default="public", alias="schema")
+    landing_table: str
+    agg_table: str
+    group_by: dict[str, AggregateGroupBy] = Field(default_factory=dict)
+    aggregate: dict[str, AggregateColumn] = Field(min_length=1)
+    deduplicate: bool = True
+
+    @field_validator("group_by", mode="before")
+    @classmethod
+    def _group_by_none(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: ({} if v is None else v) for k, v in value.items()}
+        return value
+
+
 # --- registry ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -399,6 +526,8 @@ _BUILTINS: list[NodeType] = [
     NodeType("source", "generate", GenerateSourceOptions, "streamling.sources.generate:GenerateSource", True),
     NodeType("source", "file", FileSourceOptions, "streamling.sources.file:FileSource", True),
     NodeType("source", "kafka", KafkaSourceOptions, "streamling.sources.kafka:KafkaSource"),
+    NodeType("source", "clickhouse", ClickHouseSourceOptions, "streamling.sources.clickhouse:ClickHouseSource", True),
+    NodeType("source", "hybrid", HybridSourceOptions, "streamling.sources.hybrid:HybridSource", True),
     NodeType("transform", "sql", SqlTransformOptions, "streamling.transforms.sql:SqlTransform"),
     NodeType("transform", "script", ScriptTransformOptions, "streamling.transforms.script:ScriptTransform"),
     NodeType("transform", "wasm", WasmTransformOptions, "streamling.transforms.wasm:WasmTransform"),
@@ -411,6 +540,9 @@ _BUILTINS: list[NodeType] = [
     NodeType("sink", "delta", DeltaSinkOptions, "streamling.sinks.delta:DeltaSink"),
     NodeType("sink", "kafka", KafkaSinkOptions, "streamling.sinks.kafka:KafkaSink"),
     NodeType("sink", "webhook", WebhookSinkOptions, "streamling.sinks.webhook:WebhookSink"),
+    NodeType("sink", "clickhouse", ClickHouseSinkOptions, "streamling.sinks.clickhouse:ClickHouseSink"),
+    NodeType("sink", "postgres_aggregate", PostgresAggregateSinkOptions,
+             "streamling.sinks.postgres_aggregate:PostgresAggregateSink"),
 ]
 
 REGISTRY: dict[str, dict[str, NodeType]] = {"source": {}, "transform": {}, "sink": {}}
