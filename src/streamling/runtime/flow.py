@@ -89,6 +89,7 @@ class FlowRunner:
         self.sinks: list[Sink] = plan.sinks(flow)
         self.bounded = all(s.bounded for s in self.sources)
         self.query: StreamingQuery | None = None
+        self.phase = ""
         self.failure: StreamlingError | None = None
         self.rows_to_sinks = 0
         self.last_epoch: int | None = None
@@ -106,9 +107,9 @@ class FlowRunner:
         # numInputRows adds up every re-execution of the batch's plan.
         self._retried_input: dict[int, int] = {}
         self._offsets: dict[str, Any] = {}
-        root = Path(self.settings.state_dir).resolve() / self.settings.application_id / flow.name
-        self.checkpoint_dir = root / "checkpoint"
-        self.meta_path = root / "flow.json"
+        self.root = Path(self.settings.state_dir).resolve() / self.settings.application_id / flow.name
+        self.checkpoint_dir = self.root / "checkpoint"
+        self.meta_path = self.root / "flow.json"
         self.sink_token = ""
         self._meta: dict[str, Any] = {}
         self._adopt_topology = False
@@ -139,7 +140,8 @@ class FlowRunner:
         """
         fingerprint = self._fingerprint()
         topology = self._topology()
-        if self.meta_path.exists() and (self.checkpoint_dir / "offsets").exists():
+        # One record per flow: the phases of a hybrid source share its fingerprint and sink token.
+        if self.meta_path.exists() and any((d / "offsets").exists() for d in self.root.glob("checkpoint*")):
             meta = json.loads(self.meta_path.read_text())
             if meta.get("fingerprint") != fingerprint:
                 raise StreamlingError(
@@ -258,7 +260,32 @@ class FlowRunner:
             interval = min([interval, *polls]) if interval > 0 else min(polls)
         return {"processingTime": f"{int(interval * 1000)} milliseconds"} if interval > 0 else {}
 
+    def _enter_phase(self) -> None:
+        """Point the flow at the checkpoint of its sources' current phase (hybrid: backfill, live)."""
+        self.phase = "-".join(p for s in self.sources if (p := s.phase()))
+        self.bounded = all(s.bounded for s in self.sources)
+        self.checkpoint_dir = self.root / (f"checkpoint-{self.phase}" if self.phase else "checkpoint")
+
+    def next_phase(self) -> bool:
+        """After a bounded query ended cleanly: True when a source moved to a further phase and the
+        flow must be started again (``start``) on that phase's checkpoint."""
+        self.await_finalized()
+        if not any(s.next_phase() for s in self.sources):
+            return False
+        log.info("flow '%s': phase %s finished at epoch %s", self.flow.name, self.phase or "-", self.finalized_epoch)
+        self.query = None
+        self.last_epoch = self.finalized_epoch = None
+        self._offsets = {}
+        return True
+
+    @property
+    def epoch_token(self) -> str:
+        """``sink_token`` of the current phase: epoch ids start over with each phase's checkpoint, so
+        writers that remember the last epoch they wrote must not mistake a new phase's epochs for it."""
+        return f"{self.sink_token}:{self.phase}" if self.phase else self.sink_token
+
     def start(self) -> None:
+        self._enter_phase()
         self._check_checkpoint()
         for sink in self.sinks:
             try:
@@ -347,7 +374,7 @@ class FlowRunner:
     def _run_epoch(self, batch: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
         epoch = Epoch(epoch_id=batch_id, flow=self.flow.name, application_id=self.settings.application_id,
-                      query_id=str(self.query.id) if self.query else "", sink_token=self.sink_token,
+                      query_id=str(self.query.id) if self.query else "", sink_token=self.epoch_token,
                       started_at=time.time())
         self.bus.publish(ev.EpochPlanned(self.flow.name, epoch=batch_id))
         spark = batch.sparkSession

@@ -150,6 +150,17 @@ class Source(Node):
         """A key the source knows without YAML (Kafka: the Avro record's ``primaryKeys`` doc)."""
         return []
 
+    def phase(self) -> str:
+        """The name of the phase this source reads in ("" for single-phase sources). A flow keeps
+        one Spark checkpoint per phase, because each phase reads a different Spark source."""
+        return ""
+
+    def next_phase(self) -> bool:
+        """Called once a bounded flow drained and Spark committed its last epoch: move on to the
+        next phase (a ``hybrid`` source going live) and return True, so the flow starts again on
+        that phase's checkpoint; False when the source is done."""
+        return False
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients; called once when the flow stops."""
 

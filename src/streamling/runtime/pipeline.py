@@ -130,6 +130,7 @@ class PipelineRun:
         deadline = None if timeout_secs is None else time.monotonic() + timeout_secs
         try:
             while True:
+                self._advance_phases()
                 active = [r for r in self.runners if r.query is not None and r.query.isActive]
                 failed = [r for r in self.runners if r.failure is not None or
                           (r.query is not None and not r.query.isActive and r.query.exception() is not None
@@ -149,6 +150,22 @@ class PipelineRun:
         except KeyboardInterrupt:
             self.request_stop("interrupted")
             self.wait(timeout_secs=120)
+
+    def _advance_phases(self) -> None:
+        """Start the next phase of flows whose bounded phase drained (a hybrid source going live).
+
+        Only after the query ended cleanly, so every epoch of the phase is committed before the
+        source records the switch: a crash in between replays nothing and switches again."""
+        if self.stop_requested is not None:
+            return
+        for runner in self.runners:
+            query = runner.query
+            if (query is None or query.isActive or query.exception() is not None or runner.failure is not None
+                    or runner.stop_reason is not None or not runner.next_phase()):
+                continue
+            runner.start()
+            assert runner.query is not None
+            self._by_query[str(runner.query.id)] = runner
 
     def _failure(self, runner: FlowRunner) -> StreamlingError:
         if runner.failure is not None:

@@ -156,6 +156,15 @@ def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) ->
                           extras={"scope": scope, "dynamic_tables": dynamic_tables})
         plan.nodes[node.name] = _instantiate(node, ctx)
     _report_ineffective_keys(plan)
+    for flow in plan.flows:
+        phased = [s.name for s in flow.sources if s.type == "hybrid"]
+        if phased and len(flow.sources) > 1:
+            others = [s.name for s in flow.sources if s.name != phased[0]]
+            raise StreamlingError(
+                f"hybrid source '{phased[0]}' shares a flow with {others}: "
+                "a hybrid source switches its flow's query from the backfill to the live topic, so it must be the "
+                "only source its transforms and sinks read", code="hybrid_not_alone",
+                hint="give the other sources their own transforms and sinks")
     if settings.job_mode:
         unbounded = [s.name for f in plan.flows for s in f.sources if not getattr(plan.nodes[s.name], "bounded", False)]
         if unbounded:
