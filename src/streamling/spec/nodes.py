@@ -211,6 +211,15 @@ class HybridUnboundedSource(BaseModel):
     skip_schema_resolution: bool = False
     skip_schema_resolution_for_reader_schema_ids: list[int] | None = None
 
+    @model_validator(mode="after")
+    def _valid_for_kafka(self) -> HybridUnboundedSource:
+        """Checked like a Kafka source's keys now, not when the backfill ends."""
+        try:
+            self.kafka_options(NodeOptions(type="hybrid"))
+        except ValidationError as exc:
+            raise ValueError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+        return self
+
     def kafka_options(self, base: NodeOptions) -> KafkaSourceOptions:
         """This phase as a Kafka source node's options (the hybrid's key and telemetry carried over)."""
         data = self.model_dump(by_alias=True, exclude={"source_type", "start_at"}, exclude_none=True)

@@ -364,3 +364,83 @@ def text_to_unscaled(text: str, scale: int) -> int:
     """The unscaled integer of canonical decimal text with ``scale`` digits after the point."""
     whole, _, fraction = text.partition(".")
     return int(whole + fraction.ljust(scale, "0")[:scale]) if scale else int(whole)
+
+
+# --- ClickHouse columns read into Spark ----------------------------------------------------------
+
+_CH_WRAPPERS = re.compile(r"^(Nullable|LowCardinality)\((.*)\)$")
+_CH_DECIMAL = re.compile(r"^Decimal(32|64|128|256)?\((\d+)(?:,\s*(\d+))?\)$")
+_CH_DECIMAL_PRECISION = {"32": 9, "64": 18, "128": 38, "256": 76}
+_CH_SIMPLE = {"Int8": "int8", "Int16": "int16", "Int32": "int32", "Int64": "int64", "UInt8": "uint8",
+              "UInt16": "uint16", "UInt32": "uint32", "UInt64": "uint64", "Float32": "float32",
+              "Float64": "float64", "String": "string", "Bool": "boolean"}
+_CH_WIDE_INTS = {"Int128": 39, "UInt128": 39, "Int256": 77, "UInt256": 78}
+
+
+@dataclass(frozen=True)
+class ClickHouseColumn:
+    """How a ClickHouse column is read: the SQL that makes ClickHouse's Arrow output match the Spark
+    field (``{}`` is the quoted column), the Spark type and the field metadata of wide decimals."""
+
+    template: str
+    spark: DataType
+    metadata: dict[str, str]
+    numeric: bool
+
+    def expression(self, column: str) -> str:
+        return self.template.format(column)
+
+
+def from_clickhouse(type_name: str) -> ClickHouseColumn:
+    """The Spark reading of a ClickHouse type name as ``DESCRIBE TABLE`` prints it.
+
+    Integers, floats, decimals up to 38 digits, Bool and String keep their type (unsigned integers
+    widen like Streamling's ``uint*``); wider integers and decimals become exact decimal text tagged
+    as wide; Date/Date32 read as dates, DateTime/DateTime64 as UTC timestamps (microseconds);
+    FixedString, Enum, UUID and IP addresses as their text; arrays, maps, tuples and JSON as JSON
+    text."""
+    from pyspark.sql import types as T
+
+    name = type_name.strip()
+    while (match := _CH_WRAPPERS.match(name)) is not None:
+        name = match.group(2).strip()
+    simple = _CH_SIMPLE.get(name)
+    if simple is not None:
+        kind = ColumnType(simple)
+        storage = kind._storage()
+        template = "{}"
+        if simple.startswith("uint"):
+            template = ("toDecimal128({}, 0)" if simple == "uint64"
+                        else f"to{storage.kind.replace('int', 'Int')}({{}})")
+        return ClickHouseColumn(template, kind.spark_type(), {}, simple not in ("string", "boolean"))
+    if name in _CH_WIDE_INTS:
+        kind = ColumnType("decimal256" if _CH_WIDE_INTS[name] <= DECIMAL256_MAX_PRECISION else "decimal",
+                          _CH_WIDE_INTS[name], 0)
+        return ClickHouseColumn("toString({})", T.StringType(), kind.metadata(), True)
+    decimal = _CH_DECIMAL.match(name)
+    if decimal is not None:
+        bits, first, second = decimal.groups()
+        precision, scale = (int(first), int(second or 0)) if bits is None else \
+            (_CH_DECIMAL_PRECISION[bits], int(first))
+        kind = ColumnType("decimal128" if precision <= DECIMAL128_MAX_PRECISION else "decimal256", precision, scale)
+        if kind.wide:
+            return ClickHouseColumn(f"toDecimalString({{}}, {scale})", T.StringType(), kind.metadata(), True)
+        return ClickHouseColumn("{}", kind.spark_type(), {}, True)
+    if name in ("Date", "Date32"):
+        return ClickHouseColumn("toDate32({})", T.DateType(), {}, True)
+    if name.startswith("DateTime"):
+        return ClickHouseColumn("toDateTime64({}, 6, 'UTC')", T.TimestampType(), {}, True)
+    if name.startswith(("FixedString", "Enum", "UUID", "IPv4", "IPv6")):
+        return ClickHouseColumn("toString({})", T.StringType(), {}, False)
+    return ClickHouseColumn("toJSONString({})", T.StringType(), {}, False)
+
+
+def arrow_for_spark(table: pa.Table, schema: StructType) -> pa.Table:
+    """``table`` cast to the Arrow types Spark expects for ``schema`` (same column order)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    target = to_arrow_schema(schema)
+    columns = [table.column(i).cast(field.type) if table.column(i).type != field.type else table.column(i)
+               for i, field in enumerate(target)]
+    return pa.Table.from_arrays(columns, schema=target)

@@ -1,0 +1,314 @@
+"""Built-in ``clickhouse`` source: a bounded scan of a table in sort-key order, one page per epoch.
+
+Why this shape: ClickHouse reads a table fastest along its sorting key, and a position in that key
+is an offset Spark can checkpoint. Each epoch is one *page*: the planner asks ClickHouse for the
+key value ``page_size`` rows further on and the epoch reads every row up to and including it, so
+rows sharing a key value never straddle two epochs and a replayed epoch reads the same rows. The
+highest key is fixed when the run starts (rows appended later are for the live phase of a
+``hybrid`` source). Executors read a page in parallel, split in spans of at most
+``clickhouse_source.sort_key_range`` values of a numeric key, over ClickHouse's HTTP interface
+with Arrow; a span that times out is halved and read again. Offsets live in Spark's checkpoint and
+are copied to the state backend (``clickhouse_source:<node>``) once an epoch is committed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from streamling.errors import StreamlingError
+from streamling.runtime.nodes import GS_OP, NodeContext, Source
+from streamling.spec.nodes import ClickHouseSourceOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from streamling.config.settings import ClickHouseSourceSettings
+
+log = logging.getLogger(__name__)
+
+FORMAT = "streamling_clickhouse"
+NODE_KIND = "clickhouse source"
+_TIMEOUT = 159  # TIMEOUT_EXCEEDED: the span is halved and read again
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """What the executors need to read pages: the SELECT list, the table and the paging key."""
+
+    table: str  # quoted
+    select: list[str]  # expressions, aliased to the output names
+    key: str  # quoted first column of the sorting key
+    numeric_key: bool
+    where: str | None  # the node's filter
+    ceiling: Any = None  # highest key at the start of the run (None: the table is empty)
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, default=str)
+
+    @staticmethod
+    def from_json(text: str) -> ScanPlan:
+        return ScanPlan(**json.loads(text))
+
+
+def page_condition(plan: ScanPlan, start: dict[str, Any], end: dict[str, Any] | None) -> str:
+    """``key`` after ``start`` (exclusive, or inclusive for a ``start_at`` origin) and up to ``end``."""
+    from streamling.clickhouse import quote_literal
+
+    parts = []
+    if start.get("key") is not None:
+        parts.append(f"{plan.key} {'>=' if start.get('inclusive') else '>'} {quote_literal(start['key'])}")
+    if end is not None and end.get("key") is not None:
+        parts.append(f"{plan.key} <= {quote_literal(end['key'])}")
+    if plan.where:
+        parts.append(f"({plan.where})")
+    return " AND ".join(parts) or "1"
+
+
+def _spans(plan: ScanPlan, start: dict[str, Any], end: dict[str, Any], width: int) -> list[tuple[dict[str, Any],
+                                                                                                 dict[str, Any]]]:
+    """A page cut into spans of at most ``width`` values of a numeric key (one span otherwise)."""
+    lo, hi = start.get("key"), end.get("key")
+    if not plan.numeric_key or hi is None or lo is None or not isinstance(lo, int | float):
+        return [(start, end)]
+    spans = []
+    cursor: dict[str, Any] = start
+    while True:
+        step = cursor["key"] + width - (1 if cursor.get("inclusive") else 0)
+        if step >= hi:
+            spans.append((cursor, end))
+            return spans
+        nxt = {"key": step, "inclusive": False}
+        spans.append((cursor, nxt))
+        cursor = nxt
+
+
+def _data_source_class() -> type:
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    class SpanPartition(InputPartition):
+        def __init__(self, start: dict[str, Any], end: dict[str, Any]) -> None:
+            super().__init__((json.dumps(start), json.dumps(end)))
+            self.start, self.end = start, end
+
+    class ClickHouseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, options: dict[str, str], schema: StructType) -> None:
+            from streamling.config.settings import ClickHouseSourceSettings
+
+            self.conn = ClickHouseSourceSettings.model_validate_json(options["connection"])
+            self.conn.password = options.get("password") or None
+            self.plan = ScanPlan.from_json(options["plan"])
+            self.node = options["node"]
+            self.kind = options.get("node_kind", NODE_KIND)
+            self.origin: dict[str, Any] = json.loads(options["origin"])
+            self.schema = schema
+            self._client: Any = None
+
+        def client(self) -> Any:
+            if self._client is None:
+                from streamling.clickhouse import connect
+
+                self._client = connect(self.conn)
+            return self._client
+
+        def initialOffset(self) -> dict[str, Any]:
+            return self.origin
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            return None  # the ceiling was fixed when the run started
+
+        def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+            from streamling.clickhouse import error, quote_literal
+
+            plan = self.plan
+            if plan.ceiling is None:
+                return start
+            cond = page_condition(plan, start, {"key": plan.ceiling})
+            page = (f"SELECT {plan.key} FROM {plan.table} WHERE {cond} ORDER BY {plan.key} "
+                    f"LIMIT 1 OFFSET {self.conn.page_size - 1}")
+            try:
+                rows = self.client().query(page).result_rows
+                if not rows:
+                    rows = self.client().query(f"SELECT max({plan.key}), count() FROM {plan.table} WHERE {cond}"
+                                               ).result_rows
+                    if not rows or not rows[0][1]:
+                        return start
+            except Exception as exc:
+                raise error(self.kind, self.node, "finding the next page of " + plan.table, exc, self.conn) from exc
+            value = rows[0][0]
+            if isinstance(value, int | float | str):
+                return {"key": value, "inclusive": False}
+            return {"key": quote_literal(value).strip("'"), "inclusive": False}
+
+        def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+            if end.get("key") is None or end == start:
+                return []
+            return [SpanPartition(s, e) for s, e in _spans(self.plan, start, end, self.conn.sort_key_range)]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            yield from self._read_span(partition.start, partition.end)  # type: ignore[attr-defined]
+
+        def _read_span(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+            from streamling.clickhouse import error, error_code
+            from streamling.spec.types import arrow_for_spark
+
+            plan = self.plan
+            query = (f"SELECT {', '.join(plan.select)} FROM {plan.table} WHERE {page_condition(plan, start, end)} "
+                     f"ORDER BY {plan.key}")
+            try:
+                table = self.client().query_arrow(query, use_strings=True)
+            except Exception as exc:
+                halves = _spans(plan, start, end, max(1, _width(start, end) // 2)) \
+                    if error_code(exc) == _TIMEOUT else []
+                if len(halves) > 1:
+                    log.warning("%s '%s': reading %s..%s timed out; reading it in two halves", self.kind, self.node,
+                                start.get("key"), end.get("key"))
+                    for s, e in halves:
+                        yield from self._read_span(s, e)
+                    return
+                raise error(self.kind, self.node, f"reading {plan.table}", exc, self.conn) from exc
+            table = arrow_for_spark(table, self.schema)
+            yield from table.to_batches(max_chunksize=65_536)
+
+        def commit(self, end: dict[str, Any]) -> None:
+            return None
+
+    class ClickHouseDataSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return FORMAT
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return ClickHouseStreamReader(dict(self.options), schema)
+
+    return ClickHouseDataSource
+
+
+def _width(start: dict[str, Any], end: dict[str, Any]) -> int:
+    lo, hi = start.get("key"), end.get("key")
+    return int(hi - lo) if isinstance(lo, int | float) and isinstance(hi, int | float) else 1
+
+
+_REGISTERED: set[int] = set()
+
+
+class ClickHouseSource(Source):
+    """Reads ``table_name`` (``columns``, ``filter``) once, page by page; then the flow ends."""
+
+    bounded = True
+
+    def __init__(self, ctx: NodeContext, options: ClickHouseSourceOptions | None = None,
+                 state_suffix: str = "") -> None:
+        super().__init__(ctx)
+        opts = options if options is not None else self.options
+        assert isinstance(opts, ClickHouseSourceOptions)
+        self.opts: ClickHouseSourceOptions = opts
+        self.conn: ClickHouseSourceSettings = ctx.settings.clickhouse_source
+        self._state_suffix = state_suffix
+        self.kind = f"{ctx.spec.type} source"  # a hybrid source's backfill speaks as the hybrid node
+        self._described: tuple[ScanPlan, StructType, list[str]] | None = None
+
+    # --- schema ---------------------------------------------------------------------------------
+
+    def _fail(self, doing: str, exc: BaseException) -> StreamlingError:
+        from streamling.clickhouse import error
+
+        return error(self.kind, self.name, doing, exc, self.conn)
+
+    def describe(self) -> tuple[ScanPlan, StructType, list[str]]:
+        """The scan (SELECT list, paging key, highest key now), the Spark schema and the sorting key."""
+        if self._described is not None:
+            return self._described
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        from streamling.clickhouse import connect, quote_identifier, sorting_key, split_table
+        from streamling.spec.types import from_clickhouse
+
+        database, table = split_table(self.opts.table_name, self.conn.database)
+        where = f"table {database}.{table}"
+        try:
+            client = connect(self.conn)
+            key = sorting_key(client, database, table)
+            described = client.query(f"DESCRIBE TABLE {quote_identifier(database)}.{quote_identifier(table)}")
+        except LookupError as exc:
+            raise self.ctx.error(f"{where} does not exist at {self.conn.url}", code="clickhouse_table_missing",
+                                 hint="create it, or fix table_name / clickhouse_source.database") from exc
+        except Exception as exc:
+            raise self._fail(f"reading the columns of {where}", exc) from exc
+        columns = {str(row[0]): str(row[1]) for row in described.result_rows}
+        wanted = self.opts.columns or list(columns)
+        missing = [c for c in wanted if c not in columns]
+        if missing:
+            raise self.ctx.error(f"{where} has no column(s) {missing}; it has {list(columns)}",
+                                 code="clickhouse_column_missing")
+        if not key:
+            raise self.ctx.error(f"{where} has no sorting key to page by (ORDER BY tuple())",
+                                 code="clickhouse_no_sort_key",
+                                 hint="read it through a table or view ordered by a column")
+        select, fields = [], []
+        for name in wanted:
+            mapped = from_clickhouse(columns[name])
+            select.append(f"{mapped.expression(quote_identifier(name))} AS {quote_identifier(name)}")
+            fields.append(StructField(name, mapped.spark, True, mapped.metadata or None))
+        if GS_OP not in wanted:
+            fields.append(StructField(GS_OP, StringType(), True))
+            select.append(f"'i' AS {GS_OP}")
+        paging = key[0]
+        if paging not in columns:
+            raise self.ctx.error(f"{where} is ordered by an expression ({paging}); paging needs a column",
+                                 code="clickhouse_no_sort_key")
+        numeric = from_clickhouse(columns[paging]).numeric
+        quoted = f"{quote_identifier(database)}.{quote_identifier(table)}"
+        plan = ScanPlan(table=quoted, select=select, key=quote_identifier(paging), numeric_key=numeric,
+                        where=self.opts.filter)
+        try:
+            top = client.query(f"SELECT max({plan.key}), count() FROM {quoted}"
+                               + (f" WHERE ({plan.where})" if plan.where else "")).result_rows
+        except Exception as exc:
+            raise self._fail(f"reading {where}" + (" with filter " + repr(plan.where) if plan.where else ""),
+                             exc) from exc
+        finally:
+            client.close()
+        ceiling = top[0][0] if top and top[0][1] else None
+        if ceiling is not None and not isinstance(ceiling, int | float | str):
+            ceiling = str(ceiling)
+        plan = ScanPlan(**{**plan.__dict__, "ceiling": ceiling})
+        self._described = (plan, StructType(fields), [k for k in key if k in columns])
+        return self._described
+
+    def inferred_primary_key(self) -> list[str]:
+        return self.describe()[2] if not self.ctx.dry_run or self._described else []
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def origin(self) -> dict[str, Any]:
+        """Where a brand-new checkpoint starts: ``start_at`` (inclusive) or the first row."""
+        if self.opts.start_at is None:
+            return {"key": None}
+        start: Any = self.opts.start_at
+        if self.describe()[0].numeric_key and isinstance(start, str):
+            try:
+                start = int(start)
+            except ValueError:
+                start = float(start)
+        return {"key": start, "inclusive": True}
+
+    def read_stream(self, spark: SparkSession) -> DataFrame:
+        if id(spark) not in _REGISTERED:
+            spark.dataSource.register(_data_source_class())
+            _REGISTERED.add(id(spark))
+        plan, schema, _ = self.describe()
+        return (spark.readStream.format(FORMAT).schema(schema)
+                .option("connection", self.conn.model_dump_json(exclude={"password"}))
+                .option("password", self.conn.password or "")
+                .option("plan", plan.to_json()).option("node", self.name).option("node_kind", self.kind)
+                .option("origin", json.dumps(self.origin())).load())
+
+    def state_key(self) -> str:
+        return f"clickhouse_source:{self.name}{self._state_suffix}"

@@ -1,0 +1,45 @@
+"""How ClickHouse columns are read into Spark, and how a page of the sort key is cut into spans."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamling.sources.clickhouse import ScanPlan, _spans, page_condition
+from streamling.spec.types import METADATA_KEY, from_clickhouse
+
+
+@pytest.mark.parametrize(("ch_type", "spark", "template"), [
+    ("Int64", "LongType()", "{}"),
+    ("Nullable(UInt32)", "LongType()", "toInt64({})"),
+    ("UInt8", "ShortType()", "toInt16({})"),
+    ("UInt64", "DecimalType(20,0)", "toDecimal128({}, 0)"),
+    ("LowCardinality(Nullable(String))", "StringType()", "{}"),
+    ("Decimal(18, 4)", "DecimalType(18,4)", "{}"),
+    ("Decimal64(3)", "DecimalType(18,3)", "{}"),
+    ("DateTime64(3, 'UTC')", "TimestampType()", "toDateTime64({}, 6, 'UTC')"),
+    ("Date", "DateType()", "toDate32({})"),
+    ("Array(String)", "StringType()", "toJSONString({})"),
+    ("UUID", "StringType()", "toString({})"),
+])
+def test_clickhouse_types_map_to_spark(ch_type: str, spark: str, template: str) -> None:
+    column = from_clickhouse(ch_type)
+    assert repr(column.spark) == spark
+    assert column.template == template
+    assert column.metadata == {}
+
+
+def test_wide_clickhouse_numbers_are_exact_text_tagged_with_their_type() -> None:
+    assert from_clickhouse("Decimal(50, 2)").metadata == {METADATA_KEY: "decimal256(50,2)"}
+    assert from_clickhouse("Decimal(50, 2)").template == "toDecimalString({}, 2)"
+    assert from_clickhouse("UInt256").metadata == {METADATA_KEY: "decimal(78,0)"}
+
+
+def test_a_page_is_cut_into_spans_of_the_numeric_key_without_gaps_or_overlaps() -> None:
+    plan = ScanPlan(table="`t`", select=["*"], key="`k`", numeric_key=True, where="v > 0")
+    spans = _spans(plan, {"key": 10, "inclusive": True}, {"key": 35, "inclusive": False}, 10)
+    assert [(s["key"], s.get("inclusive", False), e["key"]) for s, e in spans] == \
+        [(10, True, 19), (19, False, 29), (29, False, 35)]
+    assert page_condition(plan, spans[1][0], spans[1][1]) == "`k` > 19 AND `k` <= 29 AND (v > 0)"
+    assert page_condition(plan, {"key": None}, None) == "(v > 0)"
+    text = ScanPlan(table="`t`", select=["*"], key="`k`", numeric_key=False, where=None)
+    assert _spans(text, {"key": "a"}, {"key": "z"}, 10) == [({"key": "a"}, {"key": "z"})]
