@@ -489,7 +489,8 @@ def sample_source(spark: SparkSession, source: Any, rows: int, timeout_secs: flo
 
     checkpoint = tempfile.mkdtemp(prefix="streamling-preview-")
     try:
-        writer = source.read_stream(spark).writeStream.foreachBatch(take).option("checkpointLocation", checkpoint)
+        stream = source.read_sample(spark, rows)
+        writer = stream.writeStream.foreachBatch(take).option("checkpointLocation", checkpoint)
         writer = (writer.trigger(availableNow=True) if source.bounded
                   else writer.trigger(processingTime="500 milliseconds"))
         query = writer.start()

@@ -255,7 +255,7 @@ class FlowRunner:
         if self.bounded:
             return {"availableNow": True}
         interval = float(self.settings.checkpoint_interval_sec)
-        polls: list[float] = [float(p) for s in self.sources if (p := getattr(s, "poll_interval_secs", None))]
+        polls = [s.poll_interval_secs for s in self.sources if s.poll_interval_secs]
         if polls:
             interval = min([interval, *polls]) if interval > 0 else min(polls)
         return {"processingTime": f"{int(interval * 1000)} milliseconds"} if interval > 0 else {}
@@ -382,8 +382,8 @@ class FlowRunner:
         # its values before the rest of the DAG runs, or the notebook sampling every node. The source
         # is then scanned once, and Spark's numInputRows stays the epoch's real input.
         fan_out = (len(self.sinks) > 1 or self.bus.sample_rows > 0
-                   or any(getattr(self.plan.nodes[t.name], "reads_batch_eagerly", False)
-                          for t in self.flow.transforms))
+                   or any(isinstance(node, Transform) and node.reads_batch_eagerly
+                          for node in (self.plan.nodes[t.name] for t in self.flow.transforms)))
         cached = [fan_out]
         if fan_out:
             batch = batch.persist()
@@ -425,7 +425,7 @@ class FlowRunner:
         limit = self.settings.num_records_before_stop
         if limit is not None and self.rows_to_sinks >= limit:
             self.request_stop(f"num_records_before_stop={limit} reached")
-        if any(getattr(s, "wants_stop", lambda: False)() for s in self.sinks):
+        if any(s.wants_stop() for s in self.sinks):
             self.request_stop("a print sink reached its num_records_before_stop")
 
     def _count_input(self, batch: DataFrame, batch_id: int, cached: list[bool]) -> None:

@@ -119,10 +119,21 @@ class Source(Node):
     #: True when the source ends by itself (bounded file, bounded generate): the flow then runs
     #: with ``availableNow`` and the process exits once everything is drained.
     bounded: bool = False
+    #: Seconds between polls of an unbounded source that finds new data by polling (a continuous
+    #: file source): the flow triggers epochs at least that often. None: epochs follow
+    #: ``checkpoint_interval_sec``.
+    poll_interval_secs: float | None = None
 
     @abstractmethod
     def read_stream(self, spark: SparkSession) -> DataFrame:
         """The streaming DataFrame for this source."""
+
+    def read_sample(self, spark: SparkSession, rows: int) -> DataFrame:
+        """A streaming DataFrame whose first epoch holds at least ``rows`` rows, for previews.
+
+        ``read_stream`` by default; sources whose first epoch is large (a ClickHouse page of
+        millions of rows) make it small, so a notebook preview does not read it all."""
+        return self.read_stream(spark)
 
     def decode(self, df: DataFrame, epoch: Epoch | None) -> DataFrame:
         """Turn the raw rows of ``read_stream`` into this node's rows, once per epoch.
@@ -200,6 +211,11 @@ class Sink(Node):
     @abstractmethod
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         """Write the batch; return the number of rows the sink received."""
+
+    def wants_stop(self) -> bool:
+        """True once the sink has what it was asked for (``num_records_before_stop``): the flow
+        then stops after the epoch that got it there commits."""
+        return False
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; called once when the flow stops."""

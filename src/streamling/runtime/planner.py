@@ -64,7 +64,7 @@ class Plan:
                     "sources": [s.name for s in f.sources],
                     "transforms": [t.name for t in f.transforms],
                     "sinks": [s.name for s in f.sinks],
-                    "bounded": all(getattr(self.nodes.get(s.name), "bounded", False) for s in f.sources),
+                    "bounded": all(isinstance(n := self.nodes.get(s.name), Source) and n.bounded for s in f.sources),
                 }
                 for f in self.flows
             ],
@@ -166,7 +166,8 @@ def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) ->
                 "only source its transforms and sinks read", code="hybrid_not_alone",
                 hint="give the other sources their own transforms and sinks")
     if settings.job_mode:
-        unbounded = [s.name for f in plan.flows for s in f.sources if not getattr(plan.nodes[s.name], "bounded", False)]
+        unbounded = [s.name for f in plan.flows for s in f.sources
+                     if not (isinstance(src := plan.nodes[s.name], Source) and src.bounded)]
         if unbounded:
             raise StreamlingError(
                 f"job_mode is on but sources {json.dumps(unbounded)} do not support it",

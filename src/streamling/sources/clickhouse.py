@@ -110,6 +110,9 @@ def _data_source_class() -> type:
             self.schema = schema
             self._client: Any = None
 
+        def __getstate__(self) -> dict[str, Any]:
+            return {**self.__dict__, "_client": None}  # shipped to executors: each connects itself
+
         def client(self) -> Any:
             if self._client is None:
                 from streamling.clickhouse import connect
@@ -293,19 +296,28 @@ class ClickHouseSource(Source):
             return {"key": None}
         start: Any = self.opts.start_at
         if self.describe()[0].numeric_key and isinstance(start, str):
-            try:
-                start = int(start)
-            except ValueError:
-                start = float(start)
+            for number in (int, float):
+                try:
+                    start = number(start)
+                    break
+                except ValueError:
+                    continue  # a date or time: compared as text by ClickHouse
         return {"key": start, "inclusive": True}
 
     def read_stream(self, spark: SparkSession) -> DataFrame:
+        return self._reader(spark, self.conn.page_size)
+
+    def read_sample(self, spark: SparkSession, rows: int) -> DataFrame:
+        return self._reader(spark, max(1, rows))
+
+    def _reader(self, spark: SparkSession, page_size: int) -> DataFrame:
         if id(spark) not in _REGISTERED:
             spark.dataSource.register(_data_source_class())
             _REGISTERED.add(id(spark))
         plan, schema, _ = self.describe()
         return (spark.readStream.format(FORMAT).schema(schema)
-                .option("connection", self.conn.model_dump_json(exclude={"password"}))
+                .option("connection", self.conn.model_copy(update={"page_size": page_size}).model_dump_json(
+                    exclude={"password"}))
                 .option("password", self.conn.password or "")
                 .option("plan", plan.to_json()).option("node", self.name).option("node_kind", self.kind)
                 .option("origin", json.dumps(self.origin())).load())

@@ -145,6 +145,9 @@ class HybridSource(Source):
     def read_stream(self, spark: SparkSession) -> DataFrame:
         return self.child().read_stream(spark)
 
+    def read_sample(self, spark: SparkSession, rows: int) -> DataFrame:
+        return self.child().read_sample(spark, rows)
+
     def decode(self, df: DataFrame, epoch: Epoch | None) -> DataFrame:
         return self.child().decode(df, epoch)
 
