@@ -72,6 +72,8 @@ class PipelineRun:
         self._by_query: dict[str, FlowRunner] = {}
         self._listener: _ProgressListener | None = None
         self._stop = threading.Event()
+        #: held while a flow moves to its next phase, so no stop or wait sees it between two queries
+        self._phase_lock = threading.Lock()
         self.state: StateBackend | None = None
         #: the first external stop request (SIGTERM, a timer, the notebook): reason and monotonic time
         self.stop_requested: tuple[str, float] | None = None
@@ -102,6 +104,21 @@ class PipelineRun:
         except Exception:
             self.stop("start failed")
             raise
+        if any(source.phase() for runner in self.runners for source in runner.sources):
+            threading.Thread(target=self._watch_phases, name="streamling-phases", daemon=True).start()
+
+    def _watch_phases(self) -> None:
+        """Moves phased flows on even when nobody is blocked in ``wait`` (a notebook's run)."""
+        while not self._stop.wait(0.2):
+            try:
+                self._advance_phases()
+            except Exception as exc:  # noqa: BLE001 - the failed start is the flow's failure
+                for runner in self.runners:
+                    if runner.query is None and runner.failure is None:
+                        runner.failure = exc if isinstance(exc, StreamlingError) else StreamlingError(
+                            f"flow '{runner.flow.name}': starting its next phase failed: {exc}", user=False,
+                            code="flow_failed")
+                return
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Stop after the epoch in flight; a sink retrying an outage gives up at once (epoch left
@@ -156,16 +173,17 @@ class PipelineRun:
 
         Only after the query ended cleanly, so every epoch of the phase is committed before the
         source records the switch: a crash in between replays nothing and switches again."""
-        if self.stop_requested is not None:
-            return
-        for runner in self.runners:
-            query = runner.query
-            if (query is None or query.isActive or query.exception() is not None or runner.failure is not None
-                    or runner.stop_reason is not None or not runner.next_phase()):
-                continue
-            runner.start()
-            assert runner.query is not None
-            self._by_query[str(runner.query.id)] = runner
+        with self._phase_lock:
+            if self.stop_requested is not None or self._stop.is_set():
+                return
+            for runner in self.runners:
+                query = runner.query
+                if (query is None or query.isActive or query.exception() is not None or runner.failure is not None
+                        or runner.stop_reason is not None or not runner.next_phase()):
+                    continue
+                runner.start()
+                assert runner.query is not None
+                self._by_query[str(runner.query.id)] = runner
 
     def _failure(self, runner: FlowRunner) -> StreamlingError:
         if runner.failure is not None:
@@ -180,6 +198,8 @@ class PipelineRun:
 
     def stop(self, reason: str = "stopped") -> None:
         """Stop every flow between epochs and release sinks and state."""
+        with self._phase_lock:
+            self._stop.set()
         for runner in self.runners:
             runner.request_stop(reason)
             try:

@@ -440,7 +440,7 @@ def arrow_for_spark(table: pa.Table, schema: StructType) -> pa.Table:
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    target = to_arrow_schema(schema)
+    target = to_arrow_schema(schema, timezone="UTC")
     columns = [table.column(i).cast(field.type) if table.column(i).type != field.type else table.column(i)
                for i, field in enumerate(target)]
     return pa.Table.from_arrays(columns, schema=target)

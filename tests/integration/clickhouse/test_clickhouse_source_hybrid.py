@@ -1,0 +1,138 @@
+"""The ClickHouse source and the hybrid source (ClickHouse backfill, then Kafka) against the real
+ClickHouse engine, a real broker and a real Postgres, restarted in each phase."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import Runner
+
+from streamling.runtime import events as ev
+
+pytestmark = [pytest.mark.clickhouse, pytest.mark.postgres, pytest.mark.kafka, pytest.mark.spark]
+
+
+def _pg_rows(pg: Any, table: str) -> dict[int, tuple[Any, ...]]:
+    return {int(r[0]): tuple(r[1:]) for r in pg.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()}
+
+
+def _stop_after_first_epoch(runner: Runner, yaml_text: str, **overrides: Any) -> None:
+    """Run until the first epoch is finalized, then stop between epochs (a restart mid-phase)."""
+    run = runner.pipeline(yaml_text, **overrides)
+    run.bus.subscribe(lambda e: run.request_stop("restart test") if isinstance(e, ev.EpochFinalized) else None)
+    run.start()
+    try:
+        run.wait(timeout_secs=120)
+    finally:
+        run.stop("restart test")
+
+
+@pytest.fixture
+def env(ch_environ: Mapping[str, str], pg_environ: Mapping[str, str],
+        kafka_environ: Mapping[str, str]) -> dict[str, str]:
+    return {**ch_environ, **pg_environ, **kafka_environ}
+
+
+def test_clickhouse_source_pages_by_sort_key_and_resumes(spark: Any, tmp_path: Path, env: dict[str, str],
+                                                         ch_client: Any, pg: Any, unique_name: str) -> None:
+    table = unique_name
+    ch_client.command(f"CREATE TABLE {table} (k UInt32, n UInt64, amount Decimal(50, 2), at DateTime, note String) "
+                      "ENGINE = MergeTree ORDER BY k")
+    # Two rows per key value: a page never splits them.
+    values = ", ".join(f"({i // 2}, {i * 10}, {i}.25, toDateTime('2026-01-01 00:00:00', 'UTC') + {i}, 'n{i}')"
+                       for i in range(40))
+    ch_client.command(f"INSERT INTO {table} VALUES {values}")
+    pipeline = f"""
+        sources:
+          hist: {{type: clickhouse, table_name: {table}, columns: 'n, k, amount, at', filter: 'k >= 2'}}
+        transforms: {{}}
+        sinks:
+          out: {{type: postgres, from: hist, table: {table}, primary_key: n}}
+    """
+    runner = Runner(spark, tmp_path, env)
+    overrides = {"clickhouse_source": {"page_size": 7}}
+    _stop_after_first_epoch(runner, pipeline, **overrides)
+    first = len(_pg_rows(pg, table))
+    assert 8 <= first < 36  # at least one page (7 rows + the key's twin), not all of them
+    runner.run(pipeline, **overrides)
+    got = _pg_rows(pg, table)
+    assert sorted(got) == [i * 10 for i in range(4, 40)]
+    k, amount, at = got[370]
+    assert (k, str(amount), at.timestamp()) == (18, "37.25", 1767225637.0)
+    epochs = {e.epoch for e in runner.of_type(ev.EpochFinalized)}
+    assert len(epochs) >= 4  # ~36 rows in pages of 7-8
+    ch_client.command(f"INSERT INTO {table} VALUES (100, 9999, 1, now(), 'late')")
+    runner.run(pipeline, **overrides)  # resumes after the last committed page: only the new row
+    assert len(_pg_rows(pg, table)) == 37
+
+
+def _producer(bootstrap: str, admin: Any, topic: str) -> Any:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import NewTopic
+
+    admin.create_topics([NewTopic(topic, num_partitions=2)])[topic].result(timeout=30)
+    return Producer({"bootstrap.servers": bootstrap})
+
+
+def _send(producer: Any, topic: str, partition: int, rows: list[tuple[int, str, str]]) -> None:
+    for key, value, op in rows:
+        producer.produce(topic, value=json.dumps({"id": key, "v": value}).encode(), partition=partition,
+                         headers=[("dbz.op", op.encode())])
+    assert producer.flush(30) == 0
+
+
+def test_hybrid_backfills_then_goes_live_at_the_recorded_offsets_across_restarts(
+        spark: Any, tmp_path: Path, env: dict[str, str], ch_client: Any, pg: Any, unique_name: str,
+        unique_topic: str, kafka_bootstrap: str, kafka_admin: Any) -> None:
+    hist, offsets, topic = f"{unique_name}_h", f"{unique_name}_o", unique_topic
+    ch_client.command(f"CREATE TABLE {hist} (id Int64, v String) ENGINE = MergeTree ORDER BY id")
+    ch_client.command(f"INSERT INTO {hist} SELECT number, concat('h', toString(number)) FROM numbers(1, 30)")
+    ch_client.command(f"CREATE TABLE {offsets} (topic String, partition Int32, offset Int64) "
+                      "ENGINE = MergeTree ORDER BY (topic, partition)")
+    producer = _producer(kafka_bootstrap, kafka_admin, topic)
+    # What the history already holds: messages before the recorded offsets must not be applied again.
+    _send(producer, topic, 0, [(1, "stale", "u"), (2, "stale", "u")])
+    _send(producer, topic, 1, [(3, "stale", "u")])
+    ch_client.command(f"INSERT INTO {offsets} VALUES ('{topic}', 0, 2), ('{topic}', 1, 1), ('other', 0, 99)")
+    _send(producer, topic, 0, [(5, "live5", "u"), (40, "live40", "c")])
+    _send(producer, topic, 1, [(7, "gone", "d"), (41, "live41", "c")])
+    pipeline = f"""
+        sources:
+          orders:
+            type: hybrid
+            primary_key: id
+            bounded_sources: [{{source_type: clickhouse, table_name: {hist}}}]
+            unbounded_source:
+              source_type: kafka
+              topic: {topic}
+              data_format: json
+              schema: {{id: int64, v: string}}
+            offset_table: {{topic_name: {topic}, table_name: {offsets}}}
+        transforms: {{}}
+        sinks:
+          out: {{type: postgres, from: orders, table: {hist}, primary_key: id}}
+    """
+    runner = Runner(spark, tmp_path, env)
+    overrides = {"clickhouse_source": {"page_size": 8},
+                 "state_backend": {"backend_type": "Sqlite", "sqlite": {"database_path": str(tmp_path / "s.db")}}}
+    expected = {i: (f"h{i}",) for i in range(1, 31)} | {5: ("live5",), 40: ("live40",), 41: ("live41",)}
+    del expected[7]
+
+    _stop_after_first_epoch(runner, pipeline, **overrides)  # restart during the backfill
+    assert 8 <= len(_pg_rows(pg, hist)) < 30
+
+    # job_mode runs the backfill only, then ends.
+    runner.run(pipeline, job_mode=True, **overrides)
+    assert len(_pg_rows(pg, hist)) == 30
+
+    runner.run_until(pipeline, lambda r: _pg_rows(pg, hist) == expected, **overrides)
+    _send(producer, topic, 1, [(42, "after-restart", "c"), (40, "live40b", "u")])
+    # restart after the switch: Kafka resumes from its checkpoint, the history is not read again
+    expected |= {42: ("after-restart",), 40: ("live40b",)}
+    runner.run_until(pipeline, lambda r: _pg_rows(pg, hist) == expected, **overrides)
+    # queries: backfill (stopped), backfill (job mode), drained backfill → live, live again
+    assert len(runner.of_type(ev.FlowStarted)) == 5
