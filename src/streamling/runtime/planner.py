@@ -200,6 +200,13 @@ def _check_sink_keys(plan: Plan) -> list[StreamlingError]:
                                             code="primary_key_required", hint="set primary_key on the sink or on a "
                                             "node upstream; it becomes the message key"))
             continue
+        if spec.type in ("clickhouse", "postgres_aggregate"):  # Streamling requires it on these sinks too
+            problems.append(spec.error("requires a primary key: it is the table's ORDER BY and the key rows of "
+                                       "one epoch are deduplicated by" if spec.type == "clickhouse" else
+                                       "requires a primary key: the landing table's rows are keyed by it",
+                                       code="primary_key_required",
+                                       hint="set primary_key on the sink or on a node upstream"))
+            continue
         message = ("no primary key (none declared, none inherited from its inputs): updates and deletes cannot "
                    "be matched to earlier rows")
         hint = "declare primary_key on the sink or on a node upstream"

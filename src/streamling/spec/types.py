@@ -159,6 +159,16 @@ class ColumnType:
                 "float64": "double", "string": "string", "boolean": "boolean",
                 "timestamp": {"type": "long", "logicalType": "timestamp-micros"}}[base.kind]
 
+    def clickhouse(self) -> str:
+        """The ClickHouse column type (without ``Nullable``); unsigned types keep their width."""
+        if self.is_decimal:
+            return f"Decimal({self.precision}, {self.scale})" if self.precision <= DECIMAL256_MAX_PRECISION \
+                else "String"
+        return {"int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "Int64", "uint8": "UInt8",
+                "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64", "float32": "Float32",
+                "float64": "Float64", "string": "String", "boolean": "Bool",
+                "timestamp": "DateTime64(6, 'UTC')"}[self.kind]
+
     def postgres(self) -> str:
         """The Postgres column type; wide decimals keep their precision as NUMERIC(p,s)."""
         base = self._storage()
@@ -444,3 +454,18 @@ def arrow_for_spark(table: pa.Table, schema: StructType) -> pa.Table:
     columns = [table.column(i).cast(field.type) if table.column(i).type != field.type else table.column(i)
                for i, field in enumerate(target)]
     return pa.Table.from_arrays(columns, schema=target)
+
+
+def clickhouse_type(data_type: DataType, metadata: Mapping[str, Any] | None = None) -> str:
+    """The ClickHouse type a Spark column is stored as (without ``Nullable``): its Streamling type's,
+    dates as ``Date32``, binary as ``String``, nested values as JSON text in ``String``."""
+    from pyspark.sql import types as T
+
+    kind = from_spark(data_type, metadata)
+    if kind is not None:
+        return kind.clickhouse()
+    if isinstance(data_type, T.DateType):
+        return "Date32"
+    if isinstance(data_type, T.TimestampNTZType):
+        return "DateTime64(6)"
+    return "String"

@@ -1,0 +1,124 @@
+"""The ClickHouse sink on the real engine: FINAL after CDC epochs, replays, plain-table deletes,
+created and existing tables, and an unreachable server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from harness import Runner
+
+from streamling.config import load_settings
+from streamling.errors import StreamlingError
+from streamling.runtime.nodes import Epoch, NodeContext
+from streamling.sinks.clickhouse import ClickHouseSink
+from streamling.sources.generate import generate_batch
+from streamling.spec import parse_pipeline
+
+pytestmark = [pytest.mark.clickhouse, pytest.mark.spark]
+
+DDL = "id long, name string, amount double, _gs_op string"
+
+
+class Sinks:
+    def __init__(self, spark: Any, environ: Mapping[str, str]) -> None:
+        self.spark, self.environ, self.made = spark, environ, []
+
+    def make(self, table: str, **options: Any) -> ClickHouseSink:
+        doc = {"sources": {"gen": {"type": "generate", "rows": 1}},
+               "sinks": {"out": {"type": "clickhouse", "from": "gen", "table": table, "primary_key": "id", **options}}}
+        spec = parse_pipeline(yaml.safe_dump(doc)).nodes["out"]
+        ctx = NodeContext(spec=spec, settings=load_settings(environ=self.environ), primary_key=["id"],
+                          extras={"input_schema": self.spark.createDataFrame([], DDL).schema})
+        sink = ClickHouseSink(ctx)
+        self.made.append(sink)
+        sink.open(self.spark)
+        return sink
+
+    def write(self, sink: ClickHouseSink, rows: list[tuple[Any, ...]], epoch: int) -> int:
+        return sink.write(self.spark.createDataFrame(rows, DDL), Epoch(epoch, "f0", "test", sink_token="tok"))
+
+
+@pytest.fixture
+def sinks(spark: Any, ch_environ: Mapping[str, str]) -> Iterator[Sinks]:
+    made = Sinks(spark, ch_environ)
+    yield made
+    for sink in made.made:
+        sink.close()
+
+
+def final(client: Any, table: str, final: bool = True) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in client.query(f"SELECT id, name, amount FROM {table}{' FINAL' if final else ''} "
+                                           "ORDER BY id").result_rows]
+
+
+def test_cdc_epochs_end_as_the_latest_row_per_key_in_final(spark: Any, tmp_path: Path, ch_environ: Mapping[str, str],
+                                                           ch_client: Any, unique_name: str) -> None:
+    rows = 3_000
+    runner = Runner(spark, tmp_path, ch_environ)
+    runner.run(f"""
+        sources:
+          changes: {{type: generate, profile: cdc, rows: {rows}, rows_per_batch: 700, primary_key: id}}
+        transforms: {{}}
+        sinks:
+          out: {{type: clickhouse, from: changes, table: {unique_name}}}
+    """)
+    events = generate_batch("cdc", 0, rows, 0, 0).to_pylist()
+    latest: dict[int, dict[str, Any]] = {}
+    for event in events:  # Streamling's semantics: the last event of a key wins, a delete removes it
+        latest[event["id"]] = event
+    expected = sorted((k, e["version"], e["amount"]) for k, e in latest.items() if e["_gs_op"] != "d")
+    got = ch_client.query(f"SELECT id, version, amount FROM {unique_name} FINAL ORDER BY id").result_rows
+    assert [tuple(r) for r in got] == expected
+    engine = ch_client.query(f"SELECT engine_full FROM system.tables WHERE name = '{unique_name}'").result_rows[0][0]
+    assert engine.startswith("ReplacingMergeTree(insert_time, is_deleted)")
+
+
+def test_a_replayed_epoch_leaves_final_unchanged(sinks: Sinks, ch_client: Any, unique_name: str) -> None:
+    sink = sinks.make(unique_name)
+    sinks.write(sink, [(1, "a", 1.0, "i"), (2, "b", 2.0, "i"), (3, "c", 3.0, "c")], epoch=0)
+    second = [(1, "a2", 1.5, "u"), (2, "b", 2.0, "d"), (4, "d", 4.0, None), (1, "a3", 1.75, "u")]
+    sinks.write(sink, second, epoch=1)
+    expected = [(1, "a3", 1.75), (3, "c", 3.0), (4, "d", 4.0)]
+    assert final(ch_client, unique_name) == expected
+    sinks.write(sink, second, epoch=1)  # Spark re-runs an epoch that was not committed
+    assert final(ch_client, unique_name) == expected
+
+
+def test_plain_table_deletes_and_converges_on_replay(sinks: Sinks, ch_client: Any, unique_name: str) -> None:
+    sink = sinks.make(unique_name, append_only_mode=False, schema_override={"amount": "Decimal(18, 2)"})
+    sinks.write(sink, [(1, "a", 1.0, "i"), (2, "b", 2.0, "i")], epoch=0)
+    second = [(1, "a2", 1.25, "u"), (2, "b", 2.0, "d"), (3, "c", 3.5, "i")]
+    for _ in range(2):  # the second time is a replay
+        sinks.write(sink, second, epoch=1)
+        assert [(i, n, float(a)) for i, n, a in final(ch_client, unique_name, final=False)] == \
+            [(1, "a2", 1.25), (3, "c", 3.5)]
+    columns = dict(ch_client.query(f"SELECT name, type FROM system.columns WHERE table = '{unique_name}'").result_rows)
+    assert columns == {"id": "Int64", "name": "Nullable(String)", "amount": "Decimal(18, 2)"}
+
+
+def test_existing_table_gets_only_its_columns_and_bad_ones_are_refused(sinks: Sinks, ch_client: Any,
+                                                                       unique_name: str) -> None:
+    ch_client.command(f"CREATE TABLE {unique_name} (id Int64, amount Float64, insert_time DateTime64(6), "
+                      "is_deleted UInt8) ENGINE = ReplacingMergeTree(insert_time, is_deleted) ORDER BY id")
+    sink = sinks.make(unique_name)
+    sinks.write(sink, [(1, "dropped", 1.0, "i")], epoch=0)
+    assert ch_client.query(f"SELECT id, amount FROM {unique_name} FINAL").result_rows == [(1, 1.0)]
+    plain = f"{unique_name}_plain"
+    ch_client.command(f"CREATE TABLE {plain} (id Int64, amount Float64) ENGINE = MergeTree ORDER BY id")
+    with pytest.raises(StreamlingError) as refused:
+        sinks.make(plain)
+    assert "has no column(s) ['insert_time', 'is_deleted']" in str(refused.value)
+    assert not refused.value.retriable
+
+
+def test_unreachable_server_is_a_retriable_error_naming_the_node(spark: Any, ch_environ: Mapping[str, str],
+                                                                 unique_name: str) -> None:
+    environ = {**ch_environ, "STREAMLING__CLICKHOUSE_SINK__URL": "http://127.0.0.1:9"}
+    with pytest.raises(StreamlingError) as down:
+        Sinks(spark, environ).make(unique_name)
+    assert str(down.value).startswith("clickhouse sink 'out': connecting at http://127.0.0.1:9 failed")
+    assert down.value.retriable
