@@ -91,7 +91,7 @@ def error(node_kind: str, node: str, doing: str, exc: BaseException, conn: Click
     if is_authentication_failure(exc):
         hint = "check the user and password (STREAMLING__CLICKHOUSE_…__USER / __PASSWORD)"
     elif transient:
-        hint = "ClickHouse was unreachable or overloaded; the flow retries with backoff"
+        hint = f"check that ClickHouse answers at {conn.url}; while a pipeline runs, such failures are retried"
     else:
         hint = None
     return StreamlingError(f"{node_kind} '{node}': {doing} at {conn.url} failed: {message}", retriable=transient,
