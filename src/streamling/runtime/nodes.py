@@ -212,6 +212,11 @@ class Sink(Node):
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         """Write the batch; return the number of rows the sink received."""
 
+    def ddl_statements(self) -> list[str]:
+        """The SQL that ``open`` runs to prepare the target, computed without connecting (shown by
+        ``--dry-run``); empty for sinks that create nothing or cannot say before connecting."""
+        return []
+
     def wants_stop(self) -> bool:
         """True once the sink has what it was asked for (``num_records_before_stop``): the flow
         then stops after the epoch that got it there commits."""

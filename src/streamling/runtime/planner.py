@@ -80,6 +80,8 @@ class Plan:
                 }
                 for name, spec in self.spec.nodes.items()
             },
+            **({"ddl": ddl} if (ddl := {n: stmts for n, node in self.nodes.items()
+                                        if isinstance(node, Sink) and (stmts := node.ddl_statements())}) else {}),
         }
 
 

@@ -1,0 +1,266 @@
+"""``postgres_aggregate`` sink: rows land in a table, and Postgres folds them into aggregates.
+
+Streamling's design: each epoch's rows are written to an append-only *landing* table (the input
+columns, ``_gs_op`` and ``_gs_checkpoint_epoch``, keyed by (primary key, ``_gs_op``)); a
+statement-level ``AFTER INSERT … REFERENCING NEW TABLE`` trigger runs the generated function
+``"<schema>"."<landing>_to_<agg>_fn"``, which groups the inserted rows and upserts the *aggregate*
+table: ``sum``/``avg`` add values (subtract on ``d``), ``count`` adds 1 for ``i``, 0 for ``u`` and
+−1 for ``d``, ``min``/``max`` take inserts only; ``avg`` keeps ``<name>_sum`` and ``<name>_count``
+and exposes ``<name>`` as a generated column. Without ``group_by`` one row with ``key = 1`` holds
+the totals.
+
+Replays never count twice: the landing rows, the aggregate change and the epoch's mark in
+``<schema>._streamling_sink_epochs`` commit in one transaction, and an epoch already marked for
+this (sink token, sink) is skipped when Spark re-runs it after a crash. Rows of earlier epochs are
+deleted from the landing table in that transaction too (Streamling deletes epoch N-1 at the
+finalizer of N), so the landing table holds the last epoch, and a key repeating an op in two
+consecutive epochs is counted both times. Within an epoch the last row per (key, op) is kept —
+the landing table has room for one. The DDL is generated without connecting (``--dry-run``).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from typing import TYPE_CHECKING, Any
+
+from streamling.errors import StreamlingError
+from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
+from streamling.sinks.postgres import EPOCHS_TABLE, pg_type_for
+from streamling.spec.nodes import PostgresAggregateSinkOptions
+
+if TYPE_CHECKING:
+    import psycopg
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from streamling.postgres import PostgresPool
+
+log = logging.getLogger(__name__)
+
+NODE_KIND = "postgres_aggregate sink"
+EPOCH_COL = "_gs_checkpoint_epoch"
+SENTINEL = "key"
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class PostgresAggregateSink(Sink):
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        assert isinstance(self.options, PostgresAggregateSinkOptions)
+        self.opts: PostgresAggregateSinkOptions = self.options
+        self.conn_settings = ctx.settings.postgres_connection_for(ctx.name)
+        self.target = f"{self.conn_settings.host}:{self.conn_settings.port}/{self.conn_settings.db}"
+        self.schema = _q(self.opts.schema_)
+        self.landing = f"{self.schema}.{_q(self.opts.landing_table)}"
+        self.agg = f"{self.schema}.{_q(self.opts.agg_table)}"
+        stem = f"{self.opts.landing_table}_to_{self.opts.agg_table}"
+        self.function = f"{self.schema}.{_q(stem + '_fn')}"
+        self.trigger = _q(stem + "_trigger")
+        self._pool: PostgresPool | None = None
+        self._columns: list[tuple[str, str]] | None = None  # landing data columns and Postgres types
+
+    def ineffective_keys(self) -> dict[str, str]:
+        out = super().ineffective_keys()
+        if not self.opts.deduplicate:
+            out["deduplicate"] = ("the landing table holds one row per (primary key, _gs_op) and epoch, so the last "
+                                  "row of each is always the one written")
+        return out
+
+    # --- DDL ------------------------------------------------------------------------------------
+
+    def _landing_columns(self, schema: StructType) -> list[tuple[str, str]]:
+        out = []
+        for field in schema.fields:
+            if field.name == GS_OP:
+                continue
+            try:
+                out.append((field.name, pg_type_for(field.dataType, field.metadata)[0]))
+            except ValueError as exc:
+                raise self.ctx.error(f"column '{field.name}': {exc}", code="postgres_type",
+                                     hint="cast it in an SQL transform") from exc
+        names = [n for n, _ in out]
+        wanted = list(self.ctx.primary_key) + [g.from_ or name for name, g in self.opts.group_by.items()] + \
+            [a.from_ or name for name, a in self.opts.aggregate.items() if a.fn != "count" or a.from_]
+        missing = sorted({c for c in wanted if c not in names})
+        if missing:
+            raise self.ctx.error(f"column(s) {missing} are not in the input; it has {names}",
+                                 code="aggregate_column_missing",
+                                 hint="select them upstream, or fix primary_key / group_by / aggregate 'from'")
+        return out
+
+    def ddl(self, schema: StructType) -> list[str]:
+        """Every statement that prepares the tables, the function and the trigger."""
+        columns = self._landing_columns(schema)
+        types = dict(columns)
+        key = list(self.ctx.primary_key)
+        landing = ", ".join(f"{_q(n)} {t}" for n, t in columns)
+        stmts = [
+            f"CREATE SCHEMA IF NOT EXISTS {self.schema}",
+            f"CREATE TABLE IF NOT EXISTS {self.landing} ({landing}, {_q(GS_OP)} TEXT NOT NULL, "
+            f"{_q(EPOCH_COL)} BIGINT NOT NULL, PRIMARY KEY ({', '.join(_q(k) for k in [*key, GS_OP])}))",
+        ]
+        groups = self.opts.group_by or {}
+        group_cols = [(name, g.type or types[g.from_ or name], _q(g.from_ or name)) for name, g in groups.items()] \
+            or [(SENTINEL, "INTEGER", "1")]
+        agg_cols: list[str] = [f"{_q(n)} {t} NOT NULL" for n, t, _ in group_cols]
+        inserts: list[tuple[str, str]] = []  # (column, expression over new_table)
+        updates: list[str] = []
+        for name, agg in self.opts.aggregate.items():
+            source = _q(agg.from_ or name)
+            signed = f"CASE WHEN {_q(GS_OP)} = 'd' THEN -{source} ELSE {source} END"
+            if agg.fn == "count":
+                agg_cols.append(f"{_q(name)} {agg.type or 'BIGINT'} NOT NULL DEFAULT 0")
+                inserts.append((name, f"SUM(CASE {_q(GS_OP)} WHEN 'i' THEN 1 WHEN 'd' THEN -1 ELSE 0 END)"))
+                updates.append(f"{_q(name)} = a.{_q(name)} + EXCLUDED.{_q(name)}")
+            elif agg.fn == "sum":
+                agg_cols.append(f"{_q(name)} {agg.type or 'NUMERIC'}")
+                inserts.append((name, f"SUM({signed})"))
+                updates.append(f"{_q(name)} = COALESCE(a.{_q(name)}, 0) + COALESCE(EXCLUDED.{_q(name)}, 0)")
+            elif agg.fn == "avg":
+                total, count = f"{name}_sum", f"{name}_count"
+                agg_cols += [f"{_q(total)} NUMERIC", f"{_q(count)} BIGINT NOT NULL DEFAULT 0",
+                             f"{_q(name)} {agg.type or 'NUMERIC'} GENERATED ALWAYS AS (CASE WHEN {_q(count)} = 0 "
+                             f"THEN NULL ELSE {_q(total)} / {_q(count)} END) STORED"]
+                inserts += [(total, f"SUM({signed})"),
+                            (count, f"SUM(CASE WHEN {source} IS NULL THEN 0 WHEN {_q(GS_OP)} = 'i' THEN 1 "
+                                    f"WHEN {_q(GS_OP)} = 'd' THEN -1 ELSE 0 END)")]
+                updates += [f"{_q(total)} = COALESCE(a.{_q(total)}, 0) + COALESCE(EXCLUDED.{_q(total)}, 0)",
+                            f"{_q(count)} = a.{_q(count)} + EXCLUDED.{_q(count)}"]
+            else:  # min / max: inserts only (Streamling: for insert-only streams)
+                agg_cols.append(f"{_q(name)} {agg.type or types[agg.from_ or name]}")
+                fn, pick = ("MIN", "LEAST") if agg.fn == "min" else ("MAX", "GREATEST")
+                inserts.append((name, f"{fn}({source}) FILTER (WHERE {_q(GS_OP)} = 'i')"))
+                updates.append(f"{_q(name)} = {pick}(a.{_q(name)}, EXCLUDED.{_q(name)})")
+        group_names = ", ".join(_q(n) for n, _, _ in group_cols)
+        stmts.append(f"CREATE TABLE IF NOT EXISTS {self.agg} ({', '.join(agg_cols)}, PRIMARY KEY ({group_names}))")
+        select = ", ".join([f"{expr}" for _, _, expr in group_cols] + [expr for _, expr in inserts])
+        group_by = ", ".join(str(i + 1) for i in range(len(group_cols)))
+        stmts.append(
+            f"CREATE OR REPLACE FUNCTION {self.function}() RETURNS trigger LANGUAGE plpgsql AS $fn$\n"
+            f"BEGIN\n"
+            f"  INSERT INTO {self.agg} AS a ({group_names}, {', '.join(_q(c) for c, _ in inserts)})\n"
+            f"  SELECT {select} FROM new_table GROUP BY {group_by}\n"
+            f"  ON CONFLICT ({group_names}) DO UPDATE SET {', '.join(updates)};\n"
+            f"  RETURN NULL;\n"
+            f"END\n$fn$")
+        stmts.append(f"CREATE OR REPLACE TRIGGER {self.trigger} AFTER INSERT ON {self.landing} "
+                     f"REFERENCING NEW TABLE AS new_table FOR EACH STATEMENT EXECUTE FUNCTION {self.function}()")
+        return stmts
+
+    def ddl_statements(self) -> list[str]:
+        schema: StructType | None = self.ctx.extras.get("input_schema")
+        return self.ddl(schema) if schema is not None else []
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def _connections(self) -> PostgresPool:
+        if self._pool is None:
+            from streamling.postgres import PoolSettings, PostgresPool
+
+            self._pool = PostgresPool(
+                self.conn_settings.conninfo(), target=self.target, describe=f"{NODE_KIND} '{self.name}'",
+                application_name=f"streamling:{self.name}", settings=PoolSettings.from_sink(self.conn_settings))
+        return self._pool
+
+    def _run(self, what: str, action: Any) -> Any:
+        import psycopg
+
+        from streamling.postgres import first_line, is_transient, mask, sqlstate_prefix
+
+        try:
+            with self._connections().connection() as conn:
+                return action(conn)
+        except psycopg.Error as exc:
+            detail = mask(first_line(exc), [self.conn_settings.pass_])
+            transient = is_transient(exc)
+            raise StreamlingError(
+                f"{what} on Postgres at {self.target} failed: {sqlstate_prefix(exc)}{detail}", node=self.name,
+                node_kind=NODE_KIND, retriable=transient,
+                code="postgres_unavailable" if transient else "postgres_error",
+                hint=None if transient else "fix the tables or the data (this error is not retried)") from exc
+
+    def open(self, spark: SparkSession) -> None:
+        schema: StructType | None = self.ctx.extras.get("input_schema")
+        if schema is None:
+            return
+        statements = self.ddl(schema)
+        self._columns = self._landing_columns(schema)
+
+        def prepare(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction(), conn.cursor() as cur:
+                # One preparer at a time: CREATE OR REPLACE of a function/trigger races otherwise.
+                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.landing,))
+                for statement in statements:
+                    cur.execute(statement)  # type: ignore[call-overload]
+
+        self._run(f"preparing {self.landing} and {self.agg}", prepare)
+        log.info("postgres_aggregate sink '%s' lands rows in %s and aggregates them into %s", self.name,
+                 self.landing, self.agg)
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    # --- writing --------------------------------------------------------------------------------
+
+    def _collect(self, df: DataFrame) -> pa.Table:
+        from pyspark.sql import functions as F
+
+        from streamling.sinks.common import last_row_per_key, op_column
+
+        shaped = df.withColumn(GS_OP, op_column(df))
+        shaped = last_row_per_key(shaped, [*self.ctx.primary_key, GS_OP])
+        assert self._columns is not None
+        cols = []
+        for name, pg_type in self._columns:
+            col = F.col(f"`{name}`")
+            cols.append(F.to_json(col).alias(name) if pg_type == "JSONB" else col)
+        return shaped.select(*cols, F.col(GS_OP)).toArrow()
+
+    def write(self, df: DataFrame, epoch: Epoch) -> int:
+        if self._columns is None:
+            self.ctx.extras.setdefault("input_schema", df.schema)
+            self.open(df.sparkSession)
+        table = self._collect(df)
+        if table.num_rows == 0:
+            return 0
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        table = table.append_column(EPOCH_COL, pa.array([epoch.epoch_id] * table.num_rows, pa.int64()))
+        buf = io.BytesIO()
+        pacsv.write_csv(table, buf, pacsv.WriteOptions(include_header=False, quoting_style="needed"))
+        payload = buf.getvalue()
+        names = ", ".join(_q(n) for n in table.column_names)
+        marks = f"{self.schema}.{_q(EPOCHS_TABLE)}"
+
+        def land(conn: psycopg.Connection[Any]) -> bool:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute(f"CREATE TABLE IF NOT EXISTS {marks} (sink_token TEXT NOT NULL, "  # type: ignore[arg-type]
+                            "sink TEXT NOT NULL, target TEXT NOT NULL, epoch_id BIGINT NOT NULL, updated_at "
+                            "TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (sink_token, sink, target))")
+                mark = (epoch.sink_token, self.name, self.opts.landing_table)
+                cur.execute(f"SELECT epoch_id FROM {marks} WHERE sink_token = %s AND sink = %s "  # type: ignore[arg-type]
+                            "AND target = %s FOR UPDATE", mark)
+                row = cur.fetchone()
+                if epoch.sink_token and row is not None and row[0] >= epoch.epoch_id:
+                    return False  # this epoch's rows were already counted
+                cur.execute(f"DELETE FROM {self.landing}")  # type: ignore[arg-type]
+                with cur.copy(f"COPY {self.landing} ({names}) FROM STDIN (FORMAT csv)") as copy:  # type: ignore[arg-type]
+                    copy.write(payload)
+                if epoch.sink_token:
+                    cur.execute(f"INSERT INTO {marks} (sink_token, sink, target, epoch_id) "  # type: ignore[arg-type]
+                                "VALUES (%s, %s, %s, %s) ON CONFLICT (sink_token, sink, target) DO UPDATE SET "
+                                "epoch_id = EXCLUDED.epoch_id, updated_at = now()", (*mark, epoch.epoch_id))
+                return True
+
+        written = self._run(f"writing epoch {epoch.epoch_id} into {self.landing}", land)
+        if not written:
+            log.info("postgres_aggregate sink '%s': epoch %d was already counted; skipped", self.name, epoch.epoch_id)
+        return table.num_rows
