@@ -69,7 +69,8 @@ def test_validate_prints_one_json_object(tmp_path: Path) -> None:
     result = json.loads(proc.stdout)
     assert result["success"] is True and result["is_valid"] is False
     assert result["errors"] == ["sink 'out': unknown sink type 'prnt' (did you mean 'print'?); available sink "
-                                "types: blackhole, delta, kafka, postgres, print, webhook [sinks.out.type (line 4)]"]
+                                "types: blackhole, clickhouse, delta, kafka, postgres, postgres_aggregate, print, "
+                                "webhook [sinks.out.type (line 4)]"]
 
     keyless = tmp_path / "keyless.yaml"
     keyless.write_text("sources:\n  s: {type: generate, rows: 5, primary_key: nope}\n"

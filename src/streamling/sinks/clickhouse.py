@@ -166,7 +166,7 @@ class ClickHouseSink(Sink):
         key, and the op lower-cased (a missing op is an insert)."""
         from pyspark.sql import functions as F
 
-        from streamling.sinks.common import last_row_per_key, op_column
+        from streamling.sinks.common import op_column
 
         if not self.columns:
             self.open(df.sparkSession)
@@ -174,8 +174,6 @@ class ClickHouseSink(Sink):
             raise self.ctx.error(f"the input has no column(s) {[k for k in self.key if k not in df.columns]} of the "
                                  f"primary key; it has {df.columns}", code="primary_key_missing", retriable=False)
         shaped = df.withColumn(GS_OP, op_column(df))
-        if self.opts.deduplicate:
-            shaped = last_row_per_key(shaped, self.key)
         keep = []
         for field in shaped.schema.fields:
             if field.name == GS_OP or field.name in self.columns:
@@ -183,7 +181,8 @@ class ClickHouseSink(Sink):
                 if field.dataType.typeName() in _NESTED:
                     col = F.to_json(col).alias(field.name)
                 keep.append(col)
-        return shaped.select(*keep).toArrow()
+        table = shaped.select(*keep).toArrow()
+        return last_rows(table, self.key) if self.opts.deduplicate else table
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         import pyarrow as pa
@@ -236,3 +235,19 @@ class ClickHouseSink(Sink):
         except Exception as exc:
             raise self._fail(f"deleting the keys of epoch {epoch.epoch_id} from {self.database}.{self.table}",
                              exc) from exc
+
+
+def last_rows(table: pa.Table, key: list[str]) -> pa.Table:
+    """The last row of each key, in the batch's order (Streamling's per-epoch dedup), on the driver:
+    the epoch is collected once anyway, and Arrow's hash grouping costs no Spark shuffle."""
+    import numpy as np
+    import pyarrow as pa
+
+    if table.num_rows < 2:
+        return table
+    index = "__stl_row"
+    numbered = table.select(key).append_column(index, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    last = numbered.group_by(key, use_threads=False).aggregate([(index, "max")]).column(f"{index}_max")
+    if len(last) == table.num_rows:
+        return table
+    return table.take(pa.array(np.sort(last.to_numpy())))
