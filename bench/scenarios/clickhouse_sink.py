@@ -14,9 +14,6 @@ both sides over loopback HTTP.
 
 from __future__ import annotations
 
-import os
-import shlex
-import subprocess
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -27,6 +24,7 @@ from scenarios.common import (
     ScenarioResult,
     Side,
     bench_settings,
+    ensure_services,
     interleaved,
     log,
     session_facts,
@@ -50,17 +48,7 @@ SERVICE_UP = ROOT / "fixtures" / "services" / "up"
 
 def ensure_clickhouse() -> str | None:
     """Make the ClickHouse exports visible to this process; returns why not, if impossible."""
-    if os.environ.get("STREAMLING__CLICKHOUSE_SINK__URL"):
-        return None
-    proc = subprocess.run([str(SERVICE_UP), "clickhouse"], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    if proc.returncode != 0:
-        return f"fixtures/services/up clickhouse failed: {proc.stderr.strip()[-500:]}"
-    for line in proc.stdout.splitlines():
-        parts = shlex.split(line)
-        if len(parts) == 2 and parts[0] == "export" and "=" in parts[1]:
-            key, value = parts[1].split("=", 1)
-            os.environ[key] = value
-    return None
+    return ensure_services("clickhouse", present=("STREAMLING__CLICKHOUSE_SINK__URL",))
 
 
 class HandwrittenInsert:

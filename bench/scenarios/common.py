@@ -31,6 +31,27 @@ RESULTS_DIR = ROOT / "bench" / "results"
 VENV_BIN = ROOT / ".venv" / "bin"
 
 
+def ensure_services(*names: str, present: tuple[str, ...]) -> str | None:
+    """Make the exports of ``fixtures/services/up NAMES`` visible to this process, unless the
+    variables ``present`` are already set; returns why not, if impossible."""
+    import shlex
+
+    if all(os.environ.get(var) for var in present):
+        return None
+    up = ROOT / "fixtures" / "services" / "up"
+    if not up.exists():
+        return f"{up.relative_to(ROOT)} is missing"
+    proc = subprocess.run([str(up), *names], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    if proc.returncode != 0:
+        return f"fixtures/services/up {' '.join(names)} failed: {proc.stderr.strip()[-500:]}"
+    for line in proc.stdout.splitlines():
+        parts = shlex.split(line)
+        if len(parts) == 2 and parts[0] == "export" and "=" in parts[1]:
+            key, value = parts[1].split("=", 1)
+            os.environ[key] = value
+    return None
+
+
 def ensure_cache_dir() -> None:
     """Jars and services live in the repo's ignored cache unless the caller chose another one."""
     os.environ.setdefault("STREAMLING_CACHE_DIR", str(ROOT / ".cache"))

@@ -13,10 +13,7 @@ exports are not in the environment the scenario starts (or reuses) the service i
 from __future__ import annotations
 
 import io
-import os
-import shlex
 import statistics
-import subprocess
 import time
 import uuid
 from importlib.util import find_spec
@@ -28,6 +25,7 @@ from scenarios.common import (
     ScenarioResult,
     Side,
     bench_settings,
+    ensure_services,
     interleaved,
     log,
     session_facts,
@@ -54,19 +52,7 @@ SERVICE_UP = ROOT / "fixtures" / "services" / "up"
 
 def ensure_postgres() -> str | None:
     """Make the Postgres exports visible to this process; returns why not, if impossible."""
-    if os.environ.get("STREAMLING__POSTGRES_SINK__PORT"):
-        return None
-    if not SERVICE_UP.exists():
-        return f"{SERVICE_UP.relative_to(ROOT)} is missing"
-    proc = subprocess.run([str(SERVICE_UP), "postgres"], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    if proc.returncode != 0:
-        return f"fixtures/services/up postgres failed: {proc.stderr.strip()[-500:]}"
-    for line in proc.stdout.splitlines():
-        parts = shlex.split(line)
-        if len(parts) == 2 and parts[0] == "export" and "=" in parts[1]:
-            key, value = parts[1].split("=", 1)
-            os.environ[key] = value
-    return None
+    return ensure_services("postgres", present=("STREAMLING__POSTGRES_SINK__PORT",))
 
 
 def _connect(conninfo: str) -> psycopg.Connection[Any]:

@@ -22,9 +22,7 @@ from __future__ import annotations
 import io
 import json
 import os
-import shlex
 import statistics
-import subprocess
 import sys
 import textwrap
 import threading
@@ -41,6 +39,7 @@ from scenarios.common import (
     ScenarioResult,
     Side,
     bench_settings,
+    ensure_services,
     interleaved,
     log,
     paired_ratio,
@@ -163,21 +162,8 @@ class TopicData:
 
 def ensure_kafka() -> str | None:
     """Make the broker and registry exports visible to this process; returns why not, if impossible."""
-    if os.environ.get("STREAMLING__KAFKA_SOURCE__BROKERS") and os.environ.get(
-            "STREAMLING__KAFKA_SOURCE__SCHEMA_REGISTRY_URL"):
-        return None
-    if not SERVICE_UP.exists():
-        return f"{SERVICE_UP.relative_to(ROOT)} is missing"
-    proc = subprocess.run([str(SERVICE_UP), "kafka", "registry"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=900)
-    if proc.returncode != 0:
-        return f"fixtures/services/up kafka registry failed: {proc.stderr.strip()[-500:]}"
-    for line in proc.stdout.splitlines():
-        parts = shlex.split(line)
-        if len(parts) == 2 and parts[0] == "export" and "=" in parts[1]:
-            key, value = parts[1].split("=", 1)
-            os.environ[key] = value
-    return None
+    return ensure_services("kafka", "registry", present=("STREAMLING__KAFKA_SOURCE__BROKERS",
+                                                         "STREAMLING__KAFKA_SOURCE__SCHEMA_REGISTRY_URL"))
 
 
 def _register(registry_url: str, subject: str) -> int:
