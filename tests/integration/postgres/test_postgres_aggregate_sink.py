@@ -130,3 +130,33 @@ def test_dry_run_shows_the_ddl_without_connecting(spark: Any) -> None:
     assert ('CREATE OR REPLACE TRIGGER "orders_landing_to_orders_by_customer_trigger" AFTER INSERT ON '
             '"public"."orders_landing" REFERENCING NEW TABLE AS new_table FOR EACH STATEMENT') in ddl
     assert '"mean" NUMERIC GENERATED ALWAYS AS' in ddl
+
+
+@pytest.mark.slow
+def test_killed_between_flush_and_commit_the_rerun_counts_each_row_once(
+        tmp_path: Path, pg_environ: Mapping[str, str], pg: Any, unique_name: str) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    landing, agg = f"{unique_name}_l", f"{unique_name}_a"
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(_pipeline(landing, agg))
+    root = Path(__file__).resolve().parents[3]
+    env = {**pg_environ, "STREAMLING_CACHE_DIR": str(root / ".cache"), "STREAMLING__APPLICATION_ID": unique_name,
+           "STREAMLING__STATE_DIR": str(tmp_path / "state")}
+    cmd = [sys.executable, "-m", "streamling.cli", str(pipeline)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "epoch 1 flushed" in line:  # the sink committed epoch 1; Spark may not have yet
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert any("epoch 1 flushed" in line for line in seen), "".join(seen[-30:])
+    rerun = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert _actual(pg, agg) == _expected()
