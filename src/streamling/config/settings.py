@@ -407,6 +407,10 @@ _INEFFECTIVE: dict[str, str] = {
                                        "(input vs processing rate) shows backpressure",
     "postgres_sink.batch_flush_interval": "a Postgres sink flushes once per epoch, in one transaction; set "
                                           "checkpoint_interval_sec to flush more or less often",
+    "clickhouse_sink.batch_flush_interval": "a ClickHouse sink writes each epoch when it ends; set "
+                                            "checkpoint_interval_sec to write more or less often",
+    "clickhouse_sink.compression_level": "clickhouse-connect compresses inserts at its own fixed level; "
+                                         "clickhouse_sink.compression picks the codec",
 }
 
 

@@ -60,6 +60,13 @@ class ClickHouseSink(Sink):
         self.columns: dict[str, str] = {}  # the table's columns and types, once opened
         self._dropped: set[str] = set()
 
+    def ineffective_keys(self) -> dict[str, str]:
+        out = super().ineffective_keys()
+        if self.opts.compression_level is not None:
+            out["compression_level"] = ("clickhouse-connect compresses inserts at its own fixed level; "
+                                        "compression picks the codec")
+        return out
+
     def common_key_reason(self, key: str) -> str:
         if key == "batch_flush_interval":
             return ("a ClickHouse sink writes each epoch when it ends, in inserts of clickhouse_sink.batch_size rows; "
