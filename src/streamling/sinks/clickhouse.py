@@ -173,7 +173,7 @@ class ClickHouseSink(Sink):
         key, and the op lower-cased (a missing op is an insert)."""
         from pyspark.sql import functions as F
 
-        from streamling.sinks.common import op_column
+        from streamling.sinks.common import last_rows, op_column
 
         if not self.columns:
             self.open(df.sparkSession)
@@ -243,18 +243,3 @@ class ClickHouseSink(Sink):
             raise self._fail(f"deleting the keys of epoch {epoch.epoch_id} from {self.database}.{self.table}",
                              exc) from exc
 
-
-def last_rows(table: pa.Table, key: list[str]) -> pa.Table:
-    """The last row of each key, in the batch's order (Streamling's per-epoch dedup), on the driver:
-    the epoch is collected once anyway, and Arrow's hash grouping costs no Spark shuffle."""
-    import numpy as np
-    import pyarrow as pa
-
-    if table.num_rows < 2:
-        return table
-    index = "__stl_row"
-    numbered = table.select(key).append_column(index, pa.array(np.arange(table.num_rows, dtype=np.int64)))
-    last = numbered.group_by(key, use_threads=False).aggregate([(index, "max")]).column(f"{index}_max")
-    if len(last) == table.num_rows:
-        return table
-    return table.take(pa.array(np.sort(last.to_numpy())))

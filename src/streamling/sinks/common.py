@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from streamling.runtime.nodes import GS_OP
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
 
@@ -25,3 +26,19 @@ def last_row_per_key(df: DataFrame, keys: list[str]) -> DataFrame:
     seq = df.withColumn("__seq", F.monotonically_increasing_id())
     last = Window.partitionBy(*[F.col(f"`{k}`") for k in keys]).orderBy(F.col("__seq").desc())
     return seq.withColumn("__rn", F.row_number().over(last)).where("__rn = 1").drop("__rn", "__seq")
+
+
+def last_rows(table: pa.Table, key: list[str]) -> pa.Table:
+    """The last row of each key, in the batch's order (Streamling's per-epoch dedup), on the driver:
+    the epoch is collected once anyway, and Arrow's hash grouping costs no Spark shuffle."""
+    import numpy as np
+    import pyarrow as pa
+
+    if table.num_rows < 2:
+        return table
+    index = "__stl_row"
+    numbered = table.select(key).append_column(index, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    last = numbered.group_by(key, use_threads=False).aggregate([(index, "max")]).column(f"{index}_max")
+    if len(last) == table.num_rows:
+        return table
+    return table.take(pa.array(np.sort(last.to_numpy())))

@@ -9,13 +9,19 @@ table: ``sum``/``avg`` add values (subtract on ``d``), ``count`` adds 1 for ``i`
 and exposes ``<name>`` as a generated column. Without ``group_by`` one row with ``key = 1`` holds
 the totals.
 
+Landing dedup is Streamling's: rows go in with ``INSERT … ON CONFLICT (key, _gs_op) DO UPDATE``,
+and the trigger's transition table holds only rows actually inserted, so a (key, op) already in the
+landing table is not counted again. The landing table keeps the previous epoch's rows (Streamling
+deletes epoch N-1 at the finalizer of N; here the write of epoch N+1 deletes them in its own
+transaction, which nothing in between can observe), so an op repeated for a key in two
+consecutive epochs counts once, and twice when an epoch lies between. Within an epoch the last row
+per (key, op) is kept.
+
 Replays never count twice: the landing rows, the aggregate change and the epoch's mark in
 ``<schema>._streamling_sink_epochs`` commit in one transaction, and an epoch already marked for
-this (sink token, sink) is skipped when Spark re-runs it after a crash. Rows of earlier epochs are
-deleted from the landing table in that transaction too (Streamling deletes epoch N-1 at the
-finalizer of N), so the landing table holds the last epoch, and a key repeating an op in two
-consecutive epochs is counted both times. Within an epoch the last row per (key, op) is kept —
-the landing table has room for one. The DDL is generated without connecting (``--dry-run``).
+this (sink token, sink) is skipped when Spark re-runs it after a crash. A new sink token (a fresh
+checkpoint, a hybrid phase) starts with an empty landing window. The DDL is generated without
+connecting (``--dry-run``).
 """
 
 from __future__ import annotations
@@ -212,16 +218,15 @@ class PostgresAggregateSink(Sink):
     def _collect(self, df: DataFrame) -> pa.Table:
         from pyspark.sql import functions as F
 
-        from streamling.sinks.common import last_row_per_key, op_column
+        from streamling.sinks.common import last_rows, op_column
 
         shaped = df.withColumn(GS_OP, op_column(df))
-        shaped = last_row_per_key(shaped, [*self.ctx.primary_key, GS_OP])
         assert self._columns is not None
         cols = []
         for name, pg_type in self._columns:
             col = F.col(f"`{name}`")
             cols.append(F.to_json(col).alias(name) if pg_type == "JSONB" else col)
-        return shaped.select(*cols, F.col(GS_OP)).toArrow()
+        return last_rows(shaped.select(*cols, F.col(GS_OP)).toArrow(), [*self.ctx.primary_key, GS_OP])
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         if self._columns is None:
@@ -239,6 +244,10 @@ class PostgresAggregateSink(Sink):
         payload = buf.getvalue()
         names = ", ".join(_q(n) for n in table.column_names)
         marks = f"{self.schema}.{_q(EPOCHS_TABLE)}"
+        stage = _q(f"_stl_stage_{self.opts.schema_}_{self.opts.landing_table}"[:63])
+        key = ", ".join(_q(k) for k in [*self.ctx.primary_key, GS_OP])
+        refresh = ", ".join(f"{_q(n)} = EXCLUDED.{_q(n)}" for n in table.column_names
+                            if n not in (*self.ctx.primary_key, GS_OP))
 
         def land(conn: psycopg.Connection[Any]) -> bool:
             with conn.transaction(), conn.cursor() as cur:
@@ -251,9 +260,16 @@ class PostgresAggregateSink(Sink):
                 row = cur.fetchone()
                 if epoch.sink_token and row is not None and row[0] >= epoch.epoch_id:
                     return False  # this epoch's rows were already counted
-                cur.execute(f"DELETE FROM {self.landing}")  # type: ignore[arg-type]
-                with cur.copy(f"COPY {self.landing} ({names}) FROM STDIN (FORMAT csv)") as copy:  # type: ignore[arg-type]
+                if epoch.sink_token and row is not None:  # keep the previous epoch: Streamling's dedup window
+                    cur.execute(f"DELETE FROM {self.landing} WHERE {_q(EPOCH_COL)} <> %s", (row[0],))  # type: ignore[arg-type]
+                else:
+                    cur.execute(f"DELETE FROM {self.landing}")  # type: ignore[arg-type]
+                cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {self.landing}) "  # type: ignore[arg-type]
+                            "ON COMMIT DELETE ROWS")
+                with cur.copy(f"COPY {stage} ({names}) FROM STDIN (FORMAT csv)") as copy:  # type: ignore[arg-type]
                     copy.write(payload)
+                cur.execute(f"INSERT INTO {self.landing} ({names}) SELECT {names} FROM {stage} "  # type: ignore[arg-type]
+                            f"ON CONFLICT ({key}) DO UPDATE SET {refresh}")
                 if epoch.sink_token:
                     cur.execute(f"INSERT INTO {marks} (sink_token, sink, target, epoch_id) "  # type: ignore[arg-type]
                                 "VALUES (%s, %s, %s, %s) ON CONFLICT (sink_token, sink, target) DO UPDATE SET "
