@@ -52,6 +52,8 @@ from scenarios.inprocess import RUNTIME_PHASES, _spark_phases
 from scenarios.profiling import phase_timers, summarize_timings
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import DataFrame, SparkSession
 
     from streamling.runtime import events as ev
@@ -433,9 +435,16 @@ def executed_plan(df: DataFrame) -> str:
     return str(df._jdf.queryExecution().executedPlan().toString())
 
 
+def write_noop(out: DataFrame, _batch_id: int) -> None:
+    """The hand-written blackhole: run the micro-batch's plan, keep nothing."""
+    out.write.format("noop").mode("overwrite").save()
+
+
 def run_handwritten(spark: SparkSession, query: Query, workdir: Path, data: TopicData,
-                    plans: list[str] | None = None) -> dict[str, Any]:
-    """What a PySpark user writes: Kafka → ``from_avro`` past the 5-byte header → SQL → ``noop``.
+                    plans: list[str] | None = None,
+                    write: Callable[[DataFrame, int], None] = write_noop) -> dict[str, Any]:
+    """What a PySpark user writes: Kafka → ``from_avro`` past the 5-byte header → SQL → ``write``
+    (``noop`` unless given; the SQL may read the record's ``_kafka_offset``).
 
     Same trigger as streamling's (none: the next micro-batch starts when the last one ends) and
     stopped the same way, once every record is committed. ``plans`` (profile runs only) receives
@@ -452,13 +461,14 @@ def run_handwritten(spark: SparkSession, query: Query, workdir: Path, data: Topi
         # The same output as streamling's: the query's columns plus the CDC op from the dbz.op header.
         op = F.expr("CASE lower(cast(try_element_at(filter(headers, h -> h.key = 'dbz.op'), 1).value AS STRING)) "
                     "WHEN 'u' THEN 'u' WHEN 'd' THEN 'd' ELSE 'i' END")
-        decoded = (batch.select(from_avro(F.expr("substring(value, 6)"), schema_json).alias("v"), op.alias("_gs_op"))
-                   .select("v.*", "_gs_op"))
+        decoded = (batch.select(from_avro(F.expr("substring(value, 6)"), schema_json).alias("v"), op.alias("_gs_op"),
+                                F.col("offset").alias("_kafka_offset"))
+                   .select("v.*", "_gs_op", "_kafka_offset"))
         decoded.createOrReplaceTempView("src")
         out = batch.sparkSession.sql(query.sql.replace(" FROM src", ", _gs_op FROM src"))
         if plans is not None and not plans:
             plans.append(executed_plan(out))
-        out.write.format("noop").mode("overwrite").save()
+        write(out, batch_id)
         now = time.perf_counter()
         flushed.append({"t": now, "epoch": batch_id, "ms": (now - t) * 1000})
 

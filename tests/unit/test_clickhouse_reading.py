@@ -43,3 +43,18 @@ def test_a_page_is_cut_into_spans_of_the_numeric_key_without_gaps_or_overlaps() 
     assert page_condition(plan, {"key": None}, None) == "(v > 0)"
     text = ScanPlan(table="`t`", select=["*"], key="`k`", numeric_key=False, where=None)
     assert _spans(text, {"key": "a"}, {"key": "z"}, 10) == [({"key": "a"}, {"key": "z"})]
+
+
+def test_hybrid_phases_must_give_the_same_columns_and_types() -> None:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+    from streamling.sources.hybrid import schema_differences
+
+    history = StructType([StructField("id", LongType(), False), StructField("v", StringType()),
+                          StructField("at", TimestampType())])
+    live = StructType([StructField("id", LongType()), StructField("v", StringType()),
+                       StructField("at", StringType()), StructField("_gs_op", StringType()),
+                       StructField("_kafka_offset", LongType()), StructField("extra", StringType())])
+    assert schema_differences(history, live) == ["extra ['extra']", "'at' is string, not timestamp"]
+    assert schema_differences(history, StructType(history.fields[:2])) == ["missing ['at']"]
+    assert schema_differences(history, StructType([*history.fields, StructField("_gs_op", StringType())])) == []

@@ -83,3 +83,25 @@ def test_types_that_are_not_available_say_so(type_name: str, message: str) -> No
     with pytest.raises(ValidationError) as info:
         parse_pipeline(f"sources: {{src: {{type: {type_name}}}}}\nsinks: {{o: {{type: blackhole, from: src}}}}")
     assert info.value.problems[0].headline().split(" [")[0] == message
+
+
+def test_start_at_says_a_checkpoint_wins_over_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    pipeline = """
+sources:
+  history: {type: clickhouse, table_name: orders, start_at: 1000, primary_key: id}
+  both:
+    type: hybrid
+    primary_key: id
+    bounded_sources: [{source_type: clickhouse, table_name: orders, start_at: "2024-01-01"}]
+    unbounded_source: {source_type: kafka, topic: orders, data_format: json, schema: {id: int64}}
+sinks:
+  a: {type: blackhole, from: history}
+  b: {type: blackhole, from: both}
+"""
+    build_plan(parse_pipeline(pipeline), load_settings(environ={}, cwd=tmp_path), dry_run=True)
+    warnings = _warnings(caplog)
+    assert sorted(w.split(":")[0] for w in warnings if "start_at" in w) == ["clickhouse source 'history'",
+                                                                             "hybrid source 'both'"]
+    assert any("'bounded_sources[0].start_at' has no effect here: once a checkpoint exists: a restart resumes "
+               "after the last finalized page" in w for w in warnings)

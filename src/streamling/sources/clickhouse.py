@@ -201,6 +201,13 @@ def _width(start: dict[str, Any], end: dict[str, Any]) -> int:
 _REGISTERED: set[int] = set()
 
 
+#: Streamling's ``start_at`` overrides the checkpoint on every start; here a checkpoint wins, so a
+#: restart never re-reads a history that is already written (say so rather than differ silently).
+START_AT_ON_RESTART = ("once a checkpoint exists: a restart resumes after the last finalized page instead of "
+                       "starting over at start_at as Streamling does; start_at applies to a new checkpoint (a new "
+                       "application_id, or the state_dir removed)")
+
+
 class ClickHouseSource(Source):
     """Reads ``table_name`` (``columns``, ``filter``) once, page by page; then the flow ends."""
 
@@ -216,6 +223,12 @@ class ClickHouseSource(Source):
         self._state_suffix = state_suffix
         self.kind = f"{ctx.spec.type} source"  # a hybrid source's backfill speaks as the hybrid node
         self._described: tuple[ScanPlan, StructType, list[str]] | None = None
+
+    def ineffective_keys(self) -> dict[str, str]:
+        out = super().ineffective_keys()
+        if self.opts.start_at is not None and not self._state_suffix:  # a hybrid phase: the hybrid node reports
+            out["start_at"] = START_AT_ON_RESTART
+        return out
 
     # --- schema ---------------------------------------------------------------------------------
 

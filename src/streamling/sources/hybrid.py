@@ -21,12 +21,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from streamling.errors import StreamlingError
-from streamling.runtime.nodes import Epoch, NodeContext, Source
-from streamling.sources.clickhouse import ClickHouseSource
+from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Source
+from streamling.sources.clickhouse import START_AT_ON_RESTART, ClickHouseSource
 from streamling.spec.nodes import REGISTRY, ClickHouseSourceOptions, HybridSourceOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from streamling.state.base import StateBackend
 
@@ -45,6 +46,14 @@ class HybridSource(Source):
         self.phases = [f"backfill-{i}" for i in range(len(self.opts.bounded_sources))] + [LIVE]
         self._index: int | None = None
         self._children: dict[int, Source] = {}
+        self._phases_checked = False
+
+    def ineffective_keys(self) -> dict[str, str]:
+        out = super().ineffective_keys()
+        for i, bounded in enumerate(self.opts.bounded_sources):
+            if bounded.start_at is not None:
+                out[f"bounded_sources[{i}].start_at"] = START_AT_ON_RESTART
+        return out
 
     # --- phases ---------------------------------------------------------------------------------
 
@@ -143,7 +152,29 @@ class HybridSource(Source):
     # --- the current phase does the work ----------------------------------------------------------
 
     def read_stream(self, spark: SparkSession) -> DataFrame:
-        return self.child().read_stream(spark)
+        df = self.child().read_stream(spark)
+        if not self._phases_checked:
+            self._check_phase_schemas(spark, self.child().decode(df, None).schema)
+            self._phases_checked = True
+        return df
+
+    def _check_phase_schemas(self, spark: SparkSession, current: StructType) -> None:
+        """Every phase still to come must give the columns and types of the current one: the
+        flow's transforms and sinks were analysed (and tables created) on the first phase's rows,
+        so a column the live topic lacks would silently become NULL after the switch."""
+        for index in range(self._current() + 1, len(self.phases)):
+            later = self._make(index)
+            try:
+                schema = later.decode(later.read_stream(spark), None).schema
+            finally:
+                later.close()
+            problems = schema_differences(current, schema)
+            if problems:
+                raise StreamlingError(
+                    f"phase {self.phases[index]} gives other columns than phase {self.phase()}: "
+                    + "; ".join(problems), node=self.name, node_kind="hybrid source", code="hybrid_schema_mismatch",
+                    hint="give every phase the same column names and types (the bounded source's 'columns', a "
+                         "ClickHouse view with casts, or the topic's schema)")
 
     def read_sample(self, spark: SparkSession, rows: int) -> DataFrame:
         return self.child().read_sample(spark, rows)
@@ -166,3 +197,20 @@ class HybridSource(Source):
     def close(self) -> None:
         for child in self._children.values():
             child.close()
+
+
+def schema_differences(first: StructType, second: StructType) -> list[str]:
+    """Columns only one side has and columns whose types differ (nullability aside). ``_gs_op``
+    and Kafka's ``_kafka_*`` metadata are the live phase's own and may be missing from history."""
+    def types(schema: StructType) -> dict[str, str]:
+        return {f.name: f.dataType.simpleString() for f in schema.fields
+                if f.name != GS_OP and not f.name.startswith("_kafka_")}
+
+    a, b = types(first), types(second)
+    out = []
+    if sorted(set(a) - set(b)):
+        out.append(f"missing {sorted(set(a) - set(b))}")
+    if sorted(set(b) - set(a)):
+        out.append(f"extra {sorted(set(b) - set(a))}")
+    out += [f"'{name}' is {b[name]}, not {a[name]}" for name in a if name in b and a[name] != b[name]]
+    return out

@@ -136,3 +136,28 @@ def test_hybrid_backfills_then_goes_live_at_the_recorded_offsets_across_restarts
     runner.run_until(pipeline, lambda r: _pg_rows(pg, hist) == expected, **overrides)
     # queries: backfill (stopped), backfill (job mode), drained backfill → live, live again
     assert len(runner.of_type(ev.FlowStarted)) == 5
+
+
+def test_hybrid_refuses_a_live_topic_whose_columns_differ_from_the_history(
+        spark: Any, tmp_path: Path, env: dict[str, str], ch_client: Any, unique_name: str, unique_topic: str,
+        kafka_bootstrap: str, kafka_admin: Any) -> None:
+    from streamling.errors import StreamlingError
+
+    ch_client.command(f"CREATE TABLE {unique_name} (id Int64, v String) ENGINE = MergeTree ORDER BY id")
+    _producer(kafka_bootstrap, kafka_admin, unique_topic)
+    pipeline = f"""
+        sources:
+          orders:
+            type: hybrid
+            primary_key: id
+            bounded_sources: [{{source_type: clickhouse, table_name: {unique_name}}}]
+            unbounded_source: {{source_type: kafka, topic: {unique_topic}, data_format: json,
+                               schema: {{id: string, w: string}}}}
+        transforms: {{}}
+        sinks:
+          out: {{type: blackhole, from: orders}}
+    """
+    with pytest.raises(StreamlingError) as caught:
+        Runner(spark, tmp_path, env).run(pipeline)
+    assert ("hybrid source 'orders': phase live gives other columns than phase backfill-0: missing ['v']; "
+            "extra ['w']; 'id' is string, not bigint") in str(caught.value)
