@@ -3,8 +3,9 @@
 generate (``cdc`` profile: inserts, updates, deletes) → ``postgres_aggregate`` sink grouping by
 customer (count, sum, avg, max). The hand-written job uses the very same landing table, function
 and trigger (the sink's own DDL) and does what a PySpark user would: collect the micro-batch as
-Arrow, keep the last row per (id, op), render CSV and ``COPY`` it into the landing table after
-emptying it, one transaction per batch. What separates the two is streamling's per-epoch work and
+Arrow, keep the last row per (id, op), render CSV, ``COPY`` it into a staging table and upsert it
+into the landing table on (id, op) after deleting all but the previous batch's rows (Streamling's
+landing window), one transaction per batch. What separates the two is streamling's per-epoch work and
 its replay guard (the epoch mark written in the same transaction).
 """
 
@@ -105,11 +106,17 @@ def run(opts: Options) -> ScenarioResult:
                 "_gs_checkpoint_epoch", pa.array([batch_id] * last.num_rows, pa.int64()))
             buf = io.BytesIO()
             pacsv.write_csv(data, buf, pacsv.WriteOptions(include_header=False))
+            cols = ", ".join(data.column_names)
+            refresh = ", ".join(f"{c} = EXCLUDED.{c}" for c in data.column_names if c not in ("id", "_gs_op"))
             with conn.cursor() as cur:
-                cur.execute(f"DELETE FROM {SCHEMA}.{landing}")  # type: ignore[arg-type]
-                cols = ", ".join(data.column_names)
-                with cur.copy(f"COPY {SCHEMA}.{landing} ({cols}) FROM STDIN (FORMAT csv)") as copy:  # type: ignore[arg-type]
+                cur.execute(f"DELETE FROM {SCHEMA}.{landing} WHERE _gs_checkpoint_epoch <> %s",  # type: ignore[arg-type]
+                            (batch_id - 1,))
+                cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS stage_{landing} (LIKE {SCHEMA}.{landing}) "  # type: ignore[arg-type]
+                            "ON COMMIT DELETE ROWS")
+                with cur.copy(f"COPY stage_{landing} ({cols}) FROM STDIN (FORMAT csv)") as copy:  # type: ignore[arg-type]
                     copy.write(buf.getvalue())
+                cur.execute(f"INSERT INTO {SCHEMA}.{landing} ({cols}) SELECT {cols} FROM stage_{landing} "  # type: ignore[arg-type]
+                            f"ON CONFLICT (id, _gs_op) DO UPDATE SET {refresh}")
             conn.commit()
             return int(data.num_rows)
 

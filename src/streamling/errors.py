@@ -126,7 +126,8 @@ def is_retriable(exc: BaseException) -> bool:
         return True
     if isinstance(exc, OSError) and exc.errno in _RETRIABLE_ERRNOS:
         return True
-    return False
+    failure = node_failure_from_text(chain_text(exc))  # classified by a node on an executor
+    return failure is not None and failure.retriable
 
 
 def chain_text(exc: BaseException | None) -> str:
@@ -169,11 +170,19 @@ _END = "\x1e]"  # a control character no message contains, so "]" inside message
 
 
 class NodeFailure(RuntimeError):
-    """Raise from executor-side code; the driver turns it back into a ``StreamlingError``."""
+    """Raise from executor-side code; the driver turns it back into a ``StreamlingError``, still
+    classified: a transient failure (a source's server briefly gone) is retried by the flow."""
 
-    def __init__(self, node: str, node_kind: str, message: str, hint: str | None = None) -> None:
-        payload = "\x1f".join([node, node_kind, message.replace("\n", " "), hint or ""])
+    def __init__(self, node: str, node_kind: str, message: str, hint: str | None = None,
+                 retriable: bool = False) -> None:
+        fields = [node, node_kind, message.replace("\n", " "), hint or "", "retriable" if retriable else ""]
+        payload = "\x1f".join(fields)
         super().__init__(f"{_NODE_ERROR}[{payload}{_END}")
+
+    @classmethod
+    def of(cls, err: StreamlingError) -> NodeFailure:
+        """``err`` as raised on an executor: node, message, hint and classification kept."""
+        return cls(err.node or "", err.node_kind or "", err.message, err.hint, err.retriable)
 
 
 def node_failure_from_text(text: str) -> StreamlingError | None:
@@ -184,7 +193,8 @@ def node_failure_from_text(text: str) -> StreamlingError | None:
     end = text.find(_END, start)
     body = text[start + len(_NODE_ERROR) + 1:end if end > 0 else None]
     parts = body.split("\x1f")
-    if len(parts) != 4:
+    if len(parts) != 5:
         return None
-    node, node_kind, message, hint = parts
-    return StreamlingError(message, node=node, node_kind=node_kind, hint=hint or None, code="node_failed")
+    node, node_kind, message, hint, retriable = parts
+    return StreamlingError(message, node=node or None, node_kind=node_kind or None, hint=hint or None,
+                           code="node_transient" if retriable else "node_failed", retriable=bool(retriable))

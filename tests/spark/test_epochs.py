@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -177,6 +178,10 @@ def _upper_batches(column: str, node: str):  # type: ignore[no-untyped-def]
             values = batch.column(column)
             if pc.any(pc.equal(values, "BOOM")).as_py():
                 raise NodeFailure(node, "upper transform", "refuses the value BOOM", hint="remove it upstream")
+            flaky = [v for v in values.to_pylist() if v and v.startswith("FLAKY:")]
+            if flaky and not os.path.exists(flaky[0][6:]):  # the first attempt only: its server was away
+                open(flaky[0][6:], "w").close()
+                raise NodeFailure(node, "upper transform", "its service did not answer", retriable=True)
             yield batch.set_column(batch.schema.get_field_index(column), column, pc.utf8_upper(values))
 
     return run
@@ -223,3 +228,21 @@ def test_arrow_transforms_run_on_whole_batches_and_name_themselves_on_failure(ru
               out: {type: blackhole, from: loud}
         """)
     assert info.value.headline() == "upper transform 'loud': refuses the value BOOM — remove it upstream"
+
+
+def test_a_transient_failure_raised_on_an_executor_is_retried_by_the_flow(runner, upper_transform, capsys, tmp_path):
+    marker = tmp_path / "first-attempt-failed"
+    runner.run(f"""
+        sources:
+          words: {{type: generate, rows: 3}}
+        transforms:
+          flaky: {{type: sql, sql: "SELECT id, 'FLAKY:{marker}' AS word FROM words"}}
+          loud: {{type: upper, from: flaky, column: word}}
+        sinks:
+          out: {{type: print, from: loud}}
+    """, retry={"initial_backoff_ms": 10})
+    assert marker.exists()
+    assert len([line for line in capsys.readouterr().out.splitlines() if '"word":"FLAKY:' in line]) == 3
+    retried = [e for e in runner.of_type(ev.PipelineError) if e.retriable]
+    assert [(e.node, e.message, e.attempt) for e in retried] == [
+        ("loud", "upper transform 'loud': its service did not answer", 1)]

@@ -94,8 +94,9 @@ def error(node_kind: str, node: str, doing: str, exc: BaseException, conn: Click
         hint = f"check that ClickHouse answers at {conn.url}; while a pipeline runs, such failures are retried"
     else:
         hint = None
-    return StreamlingError(f"{node_kind} '{node}': {doing} at {conn.url} failed: {message}", retriable=transient,
-                           code="clickhouse_transient" if transient else "clickhouse_failed", hint=hint)
+    return StreamlingError(f"{doing} at {conn.url} failed: {message}", node=node, node_kind=node_kind,
+                           retriable=transient, code="clickhouse_transient" if transient else "clickhouse_failed",
+                           hint=hint)
 
 
 def quote_identifier(name: str) -> str:

@@ -443,9 +443,12 @@ class FlowRunner:
     def _retry_event(self, exc: BaseException, attempt: int, node: str | None = None) -> None:
         """Tell subscribers (CLI, widgets) that a node's transient failure is being retried; ``node``
         names it when the error does not (a plugin sink raising a plain ``ConnectionError``)."""
+        if not isinstance(exc, StreamlingError):  # raised on an executor: the node's own words
+            exc = node_failure_from_text(chain_text(exc)) or exc
         node = exc.node if isinstance(exc, StreamlingError) and exc.node else node
-        self.bus.publish(ev.PipelineError(self.flow.name, node=node, message=str(exc).splitlines()[0],
-                                          retriable=True, attempt=attempt))
+        message = exc.headline() if isinstance(exc, StreamlingError) else str(exc).splitlines()[0]
+        self.bus.publish(ev.PipelineError(self.flow.name, node=node, message=message, retriable=True,
+                                          attempt=attempt))
 
     def _write(self, sink: Sink, df: DataFrame, epoch: Epoch,
                on_retry: Callable[[BaseException, int, str | None], None] | None = None) -> int:

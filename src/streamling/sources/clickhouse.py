@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from streamling.errors import StreamlingError
+from streamling.errors import NodeFailure, StreamlingError
 from streamling.runtime.nodes import GS_OP, NodeContext, Source
 from streamling.spec.nodes import ClickHouseSourceOptions
 
@@ -143,7 +143,8 @@ def _data_source_class() -> type:
                     if not rows or not rows[0][1]:
                         return start
             except Exception as exc:
-                raise error(self.kind, self.node, "finding the next page of " + plan.table, exc, self.conn) from exc
+                raise NodeFailure.of(error(self.kind, self.node, "finding the next page of " + plan.table, exc,
+                                           self.conn)) from exc
             value = rows[0][0]
             if isinstance(value, int | float | str):
                 return {"key": value, "inclusive": False}
@@ -175,7 +176,7 @@ def _data_source_class() -> type:
                     for s, e in halves:
                         yield from self._read_span(s, e)
                     return
-                raise error(self.kind, self.node, f"reading {plan.table}", exc, self.conn) from exc
+                raise NodeFailure.of(error(self.kind, self.node, f"reading {plan.table}", exc, self.conn)) from exc
             table = arrow_for_spark(table, self.schema)
             yield from table.to_batches(max_chunksize=65_536)
 
