@@ -181,3 +181,23 @@ def test_reader_schema_ids_listed_skip_resolution_like_skip_schema_resolution(tm
     source = KafkaSource(NodeContext(spec=spec.nodes["orders"], settings=load_settings(environ={}, cwd=tmp_path)))
     assert source._skips_resolution(RegisteredSchema(9, 3, {}))
     assert not source._skips_resolution(RegisteredSchema(8, 3, {}))
+
+
+def test_a_hybrid_sources_live_filter_is_checked_like_a_kafka_sources() -> None:
+    hybrid = """
+    sources:
+      orders:
+        type: hybrid
+        primary_key: id
+        bounded_sources: [{source_type: clickhouse, table_name: orders}]
+        unbounded_source: {source_type: kafka, topic: orders, data_format: json, schema: {id: int64, state: string},
+                           filter: "%s"}
+    sinks:
+      a: {type: print, from: orders}
+    """
+    assert _problems(hybrid % "stat = 'open'") == [
+        "hybrid source 'orders': filter fails: column 'stat' does not exist (did you mean 'state'?) "
+        "[sources.orders.unbounded_source.filter (line 8)] — fix the column name in 'filter'"]
+    assert _problems(hybrid % "id >") == [
+        "hybrid source 'orders': filter: does not parse: incomplete expression near '>' "
+        "[sources.orders.unbounded_source.filter (line 8)]"]

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def kafka_warnings(spec: PipelineSpec, settings: Settings) -> list[str]:
     """One line per ``kafka_source``/``kafka_sink`` key set for this pipeline that has no effect on Spark."""
-    sources = [n for n in spec.sources if n.type == "kafka"]
+    sources = [n for n in spec.sources if n.type in ("kafka", "hybrid")]  # hybrid: its live phase
     sinks = [n for n in spec.sinks if n.type == "kafka"]
     out: list[str] = []
     if sources:

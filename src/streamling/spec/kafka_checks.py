@@ -6,7 +6,7 @@
   the registry knows, so that case is left to the sink's start.
 * ``batch_flush_interval`` of a Kafka sink must read as a duration (it becomes ``linger.ms``).
 * A Kafka source's ``filter`` over a declared JSON ``schema`` may only name its columns, and its
-  ``schema_id_overrides`` may name each writer id once.
+  ``schema_id_overrides`` may name each writer id once (a ``hybrid`` source's live phase too).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from streamling.spec.nodes import (
     DynamicTableTransformOptions,
+    HybridSourceOptions,
     KafkaSinkOptions,
     KafkaSourceOptions,
     parse_key,
@@ -53,6 +54,9 @@ def check_kafka_nodes(nodes: dict[str, NodeSpec], prefix: str, add: Add) -> None
                         node_kind=kind)
         elif isinstance(spec.options, KafkaSourceOptions):
             _check_source(spec.options, spec.name, kind, path, add)
+        elif isinstance(spec.options, HybridSourceOptions):  # its live phase is a Kafka source
+            live = spec.options.unbounded_source.kafka_options(spec.options)
+            _check_source(live, spec.name, kind, f"{path}.unbounded_source", add)
 
 
 def _check_source(options: KafkaSourceOptions, name: str, kind: str, path: str, add: Add) -> None:

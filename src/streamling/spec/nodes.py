@@ -129,12 +129,11 @@ class SchemaIdOverride(BaseModel):
     to: int
 
 
-class KafkaSourceOptions(NodeOptions):
-    """Streamling's Kafka source keys. Decoding (Avro via the registry, or JSON) runs in the JVM."""
+class KafkaReadKeys(BaseModel):
+    """How a topic is read and decoded: the keys a ``kafka`` source and a ``hybrid`` source's live
+    phase share."""
 
-    type: Literal["kafka"] = "kafka"
     topic: str
-    starting_offsets: str = "earliest"
     filter: str | None = None
     include_metadata: bool = False
     data_format: Literal["avro", "json"] = "avro"
@@ -143,6 +142,13 @@ class KafkaSourceOptions(NodeOptions):
     schema_id_overrides: list[SchemaIdOverride] | None = None
     skip_schema_resolution: bool = False
     skip_schema_resolution_for_reader_schema_ids: list[int] | None = None
+
+
+class KafkaSourceOptions(NodeOptions, KafkaReadKeys):
+    """Streamling's Kafka source keys. Decoding (Avro via the registry, or JSON) runs in the JVM."""
+
+    type: Literal["kafka"] = "kafka"
+    starting_offsets: str = "earliest"
 
     @field_validator("starting_offsets", mode="before")
     @classmethod
@@ -194,22 +200,13 @@ class HybridBoundedSource(BaseModel):
     _columns = field_validator("columns", mode="before")(classmethod(lambda cls, value: _csv_list(value)))
 
 
-class HybridUnboundedSource(BaseModel):
+class HybridUnboundedSource(KafkaReadKeys):
     """The live topic a ``hybrid`` source continues with; Kafka source keys."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     source_type: Literal["kafka"] = "kafka"
-    topic: str
-    filter: str | None = None
     start_at: str = Field(default="earliest", description="where partitions missing from offset_table start: "
                                                           "earliest, latest or epoch milliseconds")
-    include_metadata: bool = False
-    data_format: Literal["avro", "json"] = "avro"
-    schema_: dict[str, str] | None = Field(default=None, alias="schema")
-    validate_writer_schema_ordering: bool = True
-    schema_id_overrides: list[SchemaIdOverride] | None = None
-    skip_schema_resolution: bool = False
-    skip_schema_resolution_for_reader_schema_ids: list[int] | None = None
 
     @model_validator(mode="after")
     def _valid_for_kafka(self) -> HybridUnboundedSource:

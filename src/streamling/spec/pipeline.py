@@ -20,6 +20,7 @@ from streamling.spec.nodes import (
     RESERVED_LABELS,
     DynamicTableTransformOptions,
     FromNodeOptions,
+    HybridSourceOptions,
     KafkaSourceOptions,
     NodeOptions,
     NodeType,
@@ -289,9 +290,13 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
         path = spec.path.removeprefix(prefix)
         kind = f"{spec.type} {spec.kind}"
         if spec.kind == "source":
-            predicate = spec.options.filter if isinstance(spec.options, KafkaSourceOptions) else None
+            predicate, where = None, f"{path}.filter"
+            if isinstance(spec.options, KafkaSourceOptions):
+                predicate = spec.options.filter
+            elif isinstance(spec.options, HybridSourceOptions):  # the live phase's filter is Spark SQL
+                predicate, where = spec.options.unbounded_source.filter, f"{path}.unbounded_source.filter"
             for problem in expression_problems(predicate) if predicate else []:
-                col.add(f"{path}.filter", f"filter: {problem}", node=spec.name, node_kind=kind)
+                col.add(where, f"filter: {problem}", node=spec.name, node_kind=kind)
             continue
         assert isinstance(spec.options, FromNodeOptions)
         declared_from = spec.options.from_
