@@ -10,16 +10,23 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from streamling.config import Settings
 from streamling.errors import StreamlingError
+from streamling.spec.nodes import NodeOptions
 from streamling.spec.pipeline import NodeSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from streamling.functions.dynamic_table import DynamicTableBackend
+    from streamling.state.base import StateBackend
 
 GS_OP = "_gs_op"
+#: the options model of a node type (``KafkaSourceOptions``…): ``self.options`` is typed by it.
+OptionsT = TypeVar("OptionsT", bound=NodeOptions)
 
 
 @dataclass(frozen=True)
@@ -42,14 +49,28 @@ class Epoch:
 
 @dataclass
 class NodeContext:
-    """What every runtime node gets: its spec, settings, effective primary key and a scratch dir."""
+    """What every runtime node gets from the runtime; part of the public node contract."""
 
+    #: the node's parsed YAML (name, type, options model, upstream, YAML location for errors).
     spec: NodeSpec
     settings: Settings
+    #: the effective primary key: the node's own, inherited from upstream, or inferred by a source.
     primary_key: list[str] = field(default_factory=list)
+    #: a scratch directory of this application (kept across restarts).
     state_dir: str = "./.streamling"
+    #: ``--dry-run``/``--validate``: resolve schemas, contact nothing that has side effects.
     dry_run: bool = False
-    extras: dict[str, Any] = field(default_factory=dict)
+    #: the state backend (offsets, phase state), set when the pipeline starts; None before and on
+    #: dry runs. Sources read what they stored here to resume; the flow writes their entries.
+    state: StateBackend | None = None
+    #: what a sink receives (the Spark schema of its input), set once the plan is analysed, so
+    #: sinks can prepare tables in ``open`` before the first epoch.
+    input_schema: StructType | None = None
+    #: the plan's dynamic tables by node name: a ``dynamic_table`` transform registers its
+    #: backend, SQL transforms calling ``dynamic_table_check`` read it.
+    dynamic_tables: dict[str, DynamicTableBackend] = field(default_factory=dict)
+    #: the namespace of this node's temporary views (one per flow: flows run concurrently).
+    scope: str = "p"
 
     @property
     def name(self) -> str:
@@ -64,16 +85,18 @@ _PER_EPOCH = ("on Spark a node handles a whole epoch at once; epochs start every
 _NO_METRICS = "this build exports no metrics yet, so telemetry settings are validated but not emitted"
 
 
-class Node(ABC):  # noqa: B024 - shared base; each kind declares its abstract method
+class Node(ABC, Generic[OptionsT]):  # noqa: B024 - shared base; each kind declares its abstract method
     #: Keys every node accepts (``parallelism``, ``batch_size``, ``batch_flush_interval``) that this
     #: node type acts on; the others, when set, are reported by ``ineffective_keys``. Sources and
     #: transforms honour ``parallelism``: the flow spreads their input over that many Spark
     #: partitions, hashed by the primary key (round-robin without one).
     honoured_keys: ClassVar[frozenset[str]] = frozenset({"parallelism"})
 
-    def __init__(self, ctx: NodeContext) -> None:
+    def __init__(self, ctx: NodeContext, options: OptionsT | None = None) -> None:
         self.ctx = ctx
-        self.options = ctx.spec.options
+        # The registry pairs each runtime class with its options model, and the spec was parsed
+        # with that model: the cast only names what is already true.
+        self.options: OptionsT = options if options is not None else cast(OptionsT, ctx.spec.options)
 
     @property
     def name(self) -> str:
@@ -113,7 +136,7 @@ class Node(ABC):  # noqa: B024 - shared base; each kind declares its abstract me
         return df.repartition(count, *keys) if keys else df.repartition(count)
 
 
-class Source(Node):
+class Source(Node[OptionsT]):
     """Produces the streaming DataFrame the flow's query reads. Always carries ``_gs_op``."""
 
     #: True when the source ends by itself (bounded file, bounded generate): the flow then runs
@@ -176,7 +199,7 @@ class Source(Node):
         """Release clients; called once when the flow stops."""
 
 
-class Transform(Node):
+class Transform(Node[OptionsT]):
     """DataFrame → DataFrame over one micro-batch (stateless)."""
 
     #: True when ``apply`` runs a Spark job over its input itself (a dynamic table collecting the
@@ -191,7 +214,7 @@ class Transform(Node):
         """Release clients; called once when the pipeline stops."""
 
 
-class Sink(Node):
+class Sink(Node[OptionsT]):
     """Writes each micro-batch; ``write`` returns only once the rows are durable."""
 
     #: Sinks that write from the executors, partition by partition, set ``{"parallelism"}``: the

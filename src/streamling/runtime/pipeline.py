@@ -88,7 +88,7 @@ class PipelineRun:
 
         self.state = create_state_backend(self.settings)
         for node in self.plan.nodes.values():
-            node.ctx.extras.update(state=self.state, runtime=True)
+            node.ctx.state = self.state
         self.analyze()
         self._listener = _ProgressListener(self._by_query)
         self.spark.streams.addListener(self._listener.listener)

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from streamling.functions.dynamic_table import DynamicTableBackend
+
 log = logging.getLogger(__name__)
 
 
@@ -147,15 +149,15 @@ def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) ->
     plan = Plan(spec=spec, settings=settings, flows=split_flows(spec), keys=keys)
     # The plan's dynamic tables by node name: each DynamicTableTransform registers its backend,
     # SQL transforms calling dynamic_table_check look it up (see streamling.functions.dynamic_table).
-    dynamic_tables: dict[str, Any] = {}
+    dynamic_tables: dict[str, DynamicTableBackend] = {}
     placed = [(f"f{i}", node) for i, flow in enumerate(plan.flows)
               for node in [*flow.sources, *flow.transforms, *flow.sinks]]
     in_flows = {node.name for _, node in placed}
     placed += [("p", node) for node in spec.topological() if node.name not in in_flows]
     for scope, node in placed:
         ctx = NodeContext(spec=node, settings=settings, primary_key=keys[node.name],
-                          state_dir=settings.state_dir, dry_run=dry_run,
-                          extras={"scope": scope, "dynamic_tables": dynamic_tables})
+                          state_dir=settings.state_dir, dry_run=dry_run, scope=scope,
+                          dynamic_tables=dynamic_tables)
         plan.nodes[node.name] = _instantiate(node, ctx)
     _report_ineffective_keys(plan)
     for flow in plan.flows:
@@ -261,7 +263,7 @@ def analyze(plan: Plan, spark: SparkSession) -> None:
             ups = [plan.schemas[u] for u in sink_spec.upstream if u in plan.schemas]
             if ups:
                 plan.schemas[sink_spec.name] = ups[0]
-                plan.nodes[sink_spec.name].ctx.extras["input_schema"] = ups[0]
+                plan.nodes[sink_spec.name].ctx.input_schema = ups[0]
     failed: set[str] = set()
     for spec in plan.spec.topological():
         if spec.name not in plan.schemas:

@@ -43,18 +43,16 @@ INSERT_TIME = "insert_time"
 _NESTED = ("struct", "array", "map", "variant")
 
 
-class ClickHouseSink(Sink):
+class ClickHouseSink(Sink[ClickHouseSinkOptions]):
     #: written from the driver in large inserts, one epoch after the other
     honoured_keys: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, ClickHouseSinkOptions)
-        self.opts: ClickHouseSinkOptions = self.options
         self.conn = ctx.settings.clickhouse_sink
         from streamling.clickhouse import quote_identifier, split_table
 
-        self.database, self.table = split_table(self.opts.table, self.conn.database)
+        self.database, self.table = split_table(self.options.table, self.conn.database)
         self.target = f"{quote_identifier(self.database)}.{quote_identifier(self.table)}"
         self._client: Client | None = None
         self.columns: dict[str, str] = {}  # the table's columns and types, once opened
@@ -62,7 +60,7 @@ class ClickHouseSink(Sink):
 
     def ineffective_keys(self) -> dict[str, str]:
         out = super().ineffective_keys()
-        if self.opts.compression_level is not None:
+        if self.options.compression_level is not None:
             out["compression_level"] = ("clickhouse-connect compresses inserts at its own fixed level; "
                                         "compression picks the codec")
         return out
@@ -86,7 +84,7 @@ class ClickHouseSink(Sink):
         if self._client is None:
             from streamling.clickhouse import connect
 
-            compression = self.opts.compression or self.conn.compression
+            compression = self.options.compression or self.conn.compression
             try:
                 self._client = connect(self.conn, compression=compression)
             except Exception as exc:
@@ -99,14 +97,14 @@ class ClickHouseSink(Sink):
 
     @property
     def version_column(self) -> str:
-        return self.opts.version_column_name or INSERT_TIME
+        return self.options.version_column_name or INSERT_TIME
 
     def ddl(self, schema: StructType) -> str:
         """``CREATE TABLE`` for the input schema (types from the one type module, ``schema_override`` first)."""
         from streamling.clickhouse import quote_identifier as q
         from streamling.spec.types import clickhouse_type
 
-        overrides = self.opts.schema_override or {}
+        overrides = self.options.schema_override or {}
         cols = []
         for field in schema.fields:
             if field.name == GS_OP:
@@ -116,8 +114,8 @@ class ClickHouseSink(Sink):
                 kind = f"Nullable({kind})"
             cols.append(f"{q(field.name)} {kind}")
         order = ", ".join(q(k) for k in self.key)
-        if self.opts.append_only_mode:
-            if not self.opts.version_column_name:
+        if self.options.append_only_mode:
+            if not self.options.version_column_name:
                 cols.append(f"{q(INSERT_TIME)} DateTime64(6, 'UTC')")
             cols.append(f"{q(IS_DELETED)} UInt8")
             engine = f"ReplacingMergeTree({q(self.version_column)}, {q(IS_DELETED)})"
@@ -129,7 +127,7 @@ class ClickHouseSink(Sink):
         if not self.key:
             raise self.ctx.error("a ClickHouse sink needs a primary_key (the table's ORDER BY and the upsert key)",
                                  code="primary_key_required", retriable=False)
-        schema: StructType | None = self.ctx.extras.get("input_schema")
+        schema = self.ctx.input_schema
         client = self.client()
         try:
             if schema is not None:
@@ -146,7 +144,7 @@ class ClickHouseSink(Sink):
         if missing_keys:
             raise self.ctx.error(f"{where} has no column(s) {missing_keys} of the primary key; it has "
                                  f"{list(self.columns)}", code="clickhouse_schema_mismatch", retriable=False)
-        if self.opts.append_only_mode:
+        if self.options.append_only_mode:
             needed = [c for c in (self.version_column, IS_DELETED) if c not in self.columns]
             if needed:
                 raise self.ctx.error(
@@ -189,7 +187,7 @@ class ClickHouseSink(Sink):
                     col = F.to_json(col).alias(field.name)
                 keep.append(col)
         table = shaped.select(*keep).toArrow()
-        return last_rows(table, self.key) if self.opts.deduplicate else table
+        return last_rows(table, self.key) if self.options.deduplicate else table
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         import pyarrow as pa
@@ -201,9 +199,9 @@ class ClickHouseSink(Sink):
         ops = data.column(GS_OP)
         rows = data.drop_columns([GS_OP])
         deleted = pc.equal(ops, "d")
-        if self.opts.append_only_mode:
+        if self.options.append_only_mode:
             rows = rows.append_column(IS_DELETED, pc.cast(deleted, pa.uint8()))
-            if not self.opts.version_column_name:
+            if not self.options.version_column_name:
                 now = pa.scalar(time.time_ns() // 1000, pa.timestamp("us", tz="UTC"))
                 rows = rows.append_column(INSERT_TIME, pa.array([now.value] * rows.num_rows,
                                                                 pa.timestamp("us", tz="UTC")))

@@ -18,15 +18,13 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 
-class DeltaSink(Sink):
+class DeltaSink(Sink[DeltaSinkOptions]):
     #: Delta writes data files from the executors: ``parallelism`` sets how many write at once
     honoured_keys: ClassVar[frozenset[str]] = frozenset({"parallelism"})
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, DeltaSinkOptions)
-        self.opts: DeltaSinkOptions = self.options
-        path = self.opts.path
+        path = self.options.path
         self.path = os.path.abspath(path) if "://" not in path else path
 
     def spread(self, df: DataFrame) -> DataFrame:
@@ -34,7 +32,7 @@ class DeltaSink(Sink):
 
     def ineffective_keys(self) -> dict[str, str]:
         out = super().ineffective_keys()
-        if self.opts.parallelism is not None and self.key:
+        if self.options.parallelism is not None and self.key:
             out["parallelism"] = ("a keyed delta sink writes with MERGE, which shuffles by the key itself "
                                   "(spark.sql.shuffle.partitions sets its writers); parallelism applies to "
                                   "append-only delta sinks (no primary key)")
@@ -48,15 +46,15 @@ class DeltaSink(Sink):
     def open(self, spark: SparkSession) -> None:
         from delta.tables import DeltaTable
 
-        schema = self.ctx.extras.get("input_schema")
+        schema = self.ctx.input_schema
         if schema is None or DeltaTable.isDeltaTable(spark, self.path):
             return
         from pyspark.sql.types import StructType
 
         fields = [f for f in schema.fields if f.name != GS_OP]
         writer = spark.createDataFrame([], StructType(fields)).write.format("delta").mode("append")
-        if self.opts.partition_by:
-            writer = writer.partitionBy(*self.opts.partition_by)
+        if self.options.partition_by:
+            writer = writer.partitionBy(*self.options.partition_by)
         writer.save(self.path)
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
@@ -77,7 +75,7 @@ class DeltaSink(Sink):
         from delta.tables import DeltaTable
 
         staged = df.withColumn("__op", op_column(df))
-        if self.opts.deduplicate:
+        if self.options.deduplicate:
             staged = last_row_per_key(staged, self.key)
         if has_op:
             staged = staged.drop(GS_OP)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class KafkaSink(Sink):
+class KafkaSink(Sink[KafkaSinkOptions]):
     #: Spark's writer produces from the executors: ``parallelism`` sets how many write at once, rows
     #: of a key on one writer (Streamling: producers, chosen by key hash); ``batch_flush_interval``
     #: becomes the producer's ``linger.ms``
@@ -42,10 +42,8 @@ class KafkaSink(Sink):
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, KafkaSinkOptions)
-        self.opts: KafkaSinkOptions = self.options
         self.conn = ctx.settings.kafka_sink
-        self.topic = self.opts.topic
+        self.topic = self.options.topic
         self.subject = f"{self.topic}-value"
         self._schema_id: int | None = None
         self._avro_text: str | None = None
@@ -70,18 +68,18 @@ class KafkaSink(Sink):
 
     def producer_options(self) -> dict[str, str]:
         """The sink's keys as Java producer settings for Spark's Kafka writer."""
-        opts: dict[str, str] = {"kafka.compression.type": self.opts.compression}
-        if self.opts.message_max_bytes:
-            opts["kafka.max.request.size"] = str(self.opts.message_max_bytes)
-        if self.opts.batch_flush_interval is not None:
-            linger_ms = round(parse_duration_secs(self.opts.batch_flush_interval) * 1000)
+        opts: dict[str, str] = {"kafka.compression.type": self.options.compression}
+        if self.options.message_max_bytes:
+            opts["kafka.max.request.size"] = str(self.options.message_max_bytes)
+        if self.options.batch_flush_interval is not None:
+            linger_ms = round(parse_duration_secs(self.options.batch_flush_interval) * 1000)
             opts["kafka.linger.ms"] = str(linger_ms)
         return opts
 
     def open(self, spark: SparkSession) -> None:
         self.key  # noqa: B018 - fail before the first epoch when no key resolves
         self._create_topic()
-        schema = self.ctx.extras.get("input_schema")
+        schema = self.ctx.input_schema
         if schema is not None:
             self._prepare(schema)
 
@@ -93,11 +91,11 @@ class KafkaSink(Sink):
         if self.topic in meta.topics:
             log.info("kafka sink '%s': topic '%s' already exists, skipping creation", self.name, self.topic)
             return
-        futures = admin.create_topics([NewTopic(self.topic, num_partitions=self.opts.topic_partitions)])
+        futures = admin.create_topics([NewTopic(self.topic, num_partitions=self.options.topic_partitions)])
         try:
             futures[self.topic].result(timeout=30)
             log.info("kafka sink '%s': created topic '%s' with %d partition(s)", self.name, self.topic,
-                     self.opts.topic_partitions)
+                     self.options.topic_partitions)
         except Exception as exc:  # noqa: BLE001 - a concurrent creation is fine
             if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise self.ctx.error(f"cannot create topic '{self.topic}' on {self.conn.brokers}: {exc}",
@@ -109,7 +107,7 @@ class KafkaSink(Sink):
 
         data = ST([f for f in schema.fields if f.name != GS_OP])
         self._columns = [f.name for f in data.fields]
-        if self.opts.data_format == "avro":
+        if self.options.data_format == "avro":
             avro = record_schema(data, name=self.topic.replace(".", "_").replace("-", "_"), namespace="streamling",
                                  doc=None)
             import json
@@ -122,14 +120,14 @@ class KafkaSink(Sink):
         from pyspark.sql import functions as F
         from pyspark.sql.avro.functions import to_avro
 
-        if self._schema_id is None and self.opts.data_format == "avro" or not self._columns:
+        if self._schema_id is None and self.options.data_format == "avro" or not self._columns:
             self._prepare(df.schema)
         key = self.key
         staged = df.withColumn("__op", op_column(df))
-        if self.opts.deduplicate:
+        if self.options.deduplicate:
             staged = last_row_per_key(staged, key)
         row = F.struct(*[F.col(f"`{c}`") for c in self._columns])
-        if self.opts.data_format == "avro":
+        if self.options.data_format == "avro":
             header = F.unhex(F.lit(f"00{self._schema_id:08x}"))
             value = F.concat(header, to_avro(avro_row(staged.schema, self._columns), self._avro_text or ""))
         else:

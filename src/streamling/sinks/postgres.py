@@ -153,17 +153,15 @@ class _Statements:
     insert_plain: str = ""
 
 
-class PostgresSink(Sink):
+class PostgresSink(Sink[PostgresSinkOptions]):
     """Writes each epoch to ``schema.table`` in one transaction; see the module docstring."""
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, PostgresSinkOptions)
-        self.opts: PostgresSinkOptions = self.options
         self.key: list[str] = list(ctx.primary_key)
         self.conn_settings = ctx.settings.postgres_connection_for(ctx.name)
         self.target = f"{self.conn_settings.host}:{self.conn_settings.port}/{self.conn_settings.db}"
-        self.qualified = f'"{self.opts.schema_}"."{self.opts.table}"'
+        self.qualified = f'"{self.options.schema_}"."{self.options.table}"'
         self._pool: PostgresPool | None = None
         self._verified: tuple[tuple[str, str], ...] | None = None  # column set checked against table
         self._statements: dict[tuple[str, ...], _Statements] = {}
@@ -175,7 +173,7 @@ class PostgresSink(Sink):
         """Connect and create the schema and table from the input schema the planner passes."""
         # The planner may learn the key only while resolving schemas (a Kafka source's Avro doc).
         self.key = list(self.ctx.primary_key)
-        schema: StructType | None = self.ctx.extras.get("input_schema")
+        schema = self.ctx.input_schema
         columns = self._columns(schema) if schema is not None else None
         self._run("opening the sink", lambda conn: self._ensure_table(conn, columns) if columns else None)
         log.info("postgres sink '%s' writes to %s on %s", self.name, self.qualified, self.target)
@@ -272,11 +270,11 @@ class PostgresSink(Sink):
             keyed = pa.table([table.column(k) for k in self.key] + [idx], names=[*self.key, "__i"])
             last = keyed.group_by(self.key, use_threads=False).aggregate([("__i", "max")])
             if last.num_rows != n:
-                if self.opts.deduplicate and self.opts.on_conflict == "nothing":
+                if self.options.deduplicate and self.options.on_conflict == "nothing":
                     take, rounds = self._first_wins(table, deletes)
                     table, deletes = table.take(pa.array(take)), pc.take(deletes, pa.array(take))
                     n = table.num_rows
-                elif self.opts.deduplicate:
+                elif self.options.deduplicate:
                     keep = pc.sort_indices(last.column("__i_max"))
                     take = pc.take(last.column("__i_max"), keep)
                     table, deletes = table.take(take), pc.take(deletes, take)
@@ -379,9 +377,9 @@ class PostgresSink(Sink):
             if self.key:
                 defs.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, self.key))))
             with conn.cursor() as cur:
-                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.opts.schema_)))
+                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.options.schema_)))
                 cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
-                    sql.Identifier(self.opts.schema_, self.opts.table), sql.SQL(", ").join(defs)))
+                    sql.Identifier(self.options.schema_, self.options.table), sql.SQL(", ").join(defs)))
             conn.commit()
             log.info("postgres sink '%s': created table %s", self.name, self.qualified)
         else:
@@ -411,7 +409,7 @@ class PostgresSink(Sink):
             cur.execute(
                 "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
-                (self.opts.schema_, self.opts.table))
+                (self.options.schema_, self.options.table))
             row = cur.fetchone()
             if row is None:
                 conn.commit()
@@ -429,7 +427,7 @@ class PostgresSink(Sink):
 
     def _check_update_where(self, columns: list[_Column]) -> None:
         names = {c.name for c in columns}
-        unknown = [c for c in (self.opts.update_where or {}) if c not in names]
+        unknown = [c for c in (self.options.update_where or {}) if c not in names]
         if unknown:
             raise self._error(f"update_where names column(s) not in the input: {', '.join(unknown)}",
                               hint="use columns the sink writes")
@@ -440,7 +438,7 @@ class PostgresSink(Sink):
             return cached
         from psycopg import sql
 
-        target = sql.Identifier(self.opts.schema_, self.opts.table)
+        target = sql.Identifier(self.options.schema_, self.options.table)
         cols = sql.SQL(", ").join(map(sql.Identifier, names))
         stage_name = f"_stl_stage_{len(self._statements)}"
         stage = sql.Identifier(stage_name)
@@ -457,14 +455,14 @@ class PostgresSink(Sink):
             key = sql.SQL(", ").join(map(sql.Identifier, self.key))
             update_cols = [n for n in names if n not in self.key]
             action: sql.Composable
-            if self.opts.on_conflict == "nothing" or not update_cols:
+            if self.options.on_conflict == "nothing" or not update_cols:
                 action = sql.SQL("DO NOTHING")
             else:
                 sets = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n))
                                           for n in update_cols)
                 action = sql.SQL("DO UPDATE SET {}").format(sets)
                 conds = [sql.SQL("EXCLUDED.{0} {1} t.{0}").format(sql.Identifier(col), sql.SQL(op.strip()))
-                         for col, op in (self.opts.update_where or {}).items()]
+                         for col, op in (self.options.update_where or {}).items()]
                 if conds:
                     action = sql.SQL("{} WHERE {}").format(action, sql.SQL(" AND ").join(conds))
             insert = sql.SQL(
@@ -499,12 +497,12 @@ class PostgresSink(Sink):
             return False
         from psycopg import sql
 
-        marks = sql.Identifier(self.opts.schema_, EPOCHS_TABLE)
+        marks = sql.Identifier(self.options.schema_, EPOCHS_TABLE)
         cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (sink_token TEXT NOT NULL, sink TEXT NOT NULL, "
                             "target TEXT NOT NULL, epoch_id BIGINT NOT NULL, updated_at TIMESTAMPTZ "
                             "NOT NULL DEFAULT now(), PRIMARY KEY (sink_token, sink, target))").format(marks))
         cur.execute(sql.SQL("SELECT epoch_id FROM {} WHERE sink_token = %s AND sink = %s AND target = %s "
-                            "FOR UPDATE").format(marks), (epoch.sink_token, self.name, self.opts.table))
+                            "FOR UPDATE").format(marks), (epoch.sink_token, self.name, self.options.table))
         row = cur.fetchone()
         return row is not None and row[0] >= epoch.epoch_id
 
@@ -516,8 +514,8 @@ class PostgresSink(Sink):
         cur.execute(sql.SQL(
             "INSERT INTO {} (sink_token, sink, target, epoch_id) VALUES (%s, %s, %s, %s) "
             "ON CONFLICT (sink_token, sink, target) DO UPDATE SET epoch_id = EXCLUDED.epoch_id, updated_at = now()"
-        ).format(sql.Identifier(self.opts.schema_, EPOCHS_TABLE)),
-            (epoch.sink_token, self.name, self.opts.table, epoch.epoch_id))
+        ).format(sql.Identifier(self.options.schema_, EPOCHS_TABLE)),
+            (epoch.sink_token, self.name, self.options.table, epoch.epoch_id))
 
     # -- connection and errors ----------------------------------------------------------------------
 

@@ -54,17 +54,15 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-class PostgresAggregateSink(Sink):
+class PostgresAggregateSink(Sink[PostgresAggregateSinkOptions]):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, PostgresAggregateSinkOptions)
-        self.opts: PostgresAggregateSinkOptions = self.options
         self.conn_settings = ctx.settings.postgres_connection_for(ctx.name)
         self.target = f"{self.conn_settings.host}:{self.conn_settings.port}/{self.conn_settings.db}"
-        self.schema = _q(self.opts.schema_)
-        self.landing = f"{self.schema}.{_q(self.opts.landing_table)}"
-        self.agg = f"{self.schema}.{_q(self.opts.agg_table)}"
-        stem = f"{self.opts.landing_table}_to_{self.opts.agg_table}"
+        self.schema = _q(self.options.schema_)
+        self.landing = f"{self.schema}.{_q(self.options.landing_table)}"
+        self.agg = f"{self.schema}.{_q(self.options.agg_table)}"
+        stem = f"{self.options.landing_table}_to_{self.options.agg_table}"
         self.function = f"{self.schema}.{_q(stem + '_fn')}"
         self.trigger = _q(stem + "_trigger")
         self._pool: PostgresPool | None = None
@@ -72,7 +70,7 @@ class PostgresAggregateSink(Sink):
 
     def ineffective_keys(self) -> dict[str, str]:
         out = super().ineffective_keys()
-        if not self.opts.deduplicate:
+        if not self.options.deduplicate:
             out["deduplicate"] = ("the landing table holds one row per (primary key, _gs_op) and epoch, so the last "
                                   "row of each is always the one written")
         return out
@@ -90,8 +88,8 @@ class PostgresAggregateSink(Sink):
                 raise self.ctx.error(f"column '{field.name}': {exc}", code="postgres_type",
                                      hint="cast it in an SQL transform") from exc
         names = [n for n, _ in out]
-        wanted = list(self.ctx.primary_key) + [g.from_ or name for name, g in self.opts.group_by.items()] + \
-            [a.from_ or name for name, a in self.opts.aggregate.items() if a.fn != "count" or a.from_]
+        wanted = list(self.ctx.primary_key) + [g.from_ or name for name, g in self.options.group_by.items()] + \
+            [a.from_ or name for name, a in self.options.aggregate.items() if a.fn != "count" or a.from_]
         missing = sorted({c for c in wanted if c not in names})
         if missing:
             raise self.ctx.error(f"column(s) {missing} are not in the input; it has {names}",
@@ -110,13 +108,13 @@ class PostgresAggregateSink(Sink):
             f"CREATE TABLE IF NOT EXISTS {self.landing} ({landing}, {_q(GS_OP)} TEXT NOT NULL, "
             f"{_q(EPOCH_COL)} BIGINT NOT NULL, PRIMARY KEY ({', '.join(_q(k) for k in [*key, GS_OP])}))",
         ]
-        groups = self.opts.group_by or {}
+        groups = self.options.group_by or {}
         group_cols = [(name, g.type or types[g.from_ or name], _q(g.from_ or name)) for name, g in groups.items()] \
             or [(SENTINEL, "INTEGER", "1")]
         agg_cols: list[str] = [f"{_q(n)} {t} NOT NULL" for n, t, _ in group_cols]
         inserts: list[tuple[str, str]] = []  # (column, expression over new_table)
         updates: list[str] = []
-        for name, agg in self.opts.aggregate.items():
+        for name, agg in self.options.aggregate.items():
             source = _q(agg.from_ or name)
             signed = f"CASE WHEN {_q(GS_OP)} = 'd' THEN -{source} ELSE {source} END"
             if agg.fn == "count":
@@ -159,7 +157,7 @@ class PostgresAggregateSink(Sink):
         return stmts
 
     def ddl_statements(self) -> list[str]:
-        schema: StructType | None = self.ctx.extras.get("input_schema")
+        schema = self.ctx.input_schema
         return self.ddl(schema) if schema is not None else []
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -191,7 +189,7 @@ class PostgresAggregateSink(Sink):
                 hint=None if transient else "fix the tables or the data (this error is not retried)") from exc
 
     def open(self, spark: SparkSession) -> None:
-        schema: StructType | None = self.ctx.extras.get("input_schema")
+        schema = self.ctx.input_schema
         if schema is None:
             return
         statements = self.ddl(schema)
@@ -230,7 +228,7 @@ class PostgresAggregateSink(Sink):
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         if self._columns is None:
-            self.ctx.extras.setdefault("input_schema", df.schema)
+            self.ctx.input_schema = self.ctx.input_schema or df.schema
             self.open(df.sparkSession)
         table = self._collect(df)
         if table.num_rows == 0:
@@ -244,7 +242,7 @@ class PostgresAggregateSink(Sink):
         payload = buf.getvalue()
         names = ", ".join(_q(n) for n in table.column_names)
         marks = f"{self.schema}.{_q(EPOCHS_TABLE)}"
-        stage = _q(f"_stl_stage_{self.opts.schema_}_{self.opts.landing_table}"[:63])
+        stage = _q(f"_stl_stage_{self.options.schema_}_{self.options.landing_table}"[:63])
         key = ", ".join(_q(k) for k in [*self.ctx.primary_key, GS_OP])
         refresh = ", ".join(f"{_q(n)} = EXCLUDED.{_q(n)}" for n in table.column_names
                             if n not in (*self.ctx.primary_key, GS_OP))
@@ -254,7 +252,7 @@ class PostgresAggregateSink(Sink):
                 cur.execute(f"CREATE TABLE IF NOT EXISTS {marks} (sink_token TEXT NOT NULL, "  # type: ignore[arg-type]
                             "sink TEXT NOT NULL, target TEXT NOT NULL, epoch_id BIGINT NOT NULL, updated_at "
                             "TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (sink_token, sink, target))")
-                mark = (epoch.sink_token, self.name, self.opts.landing_table)
+                mark = (epoch.sink_token, self.name, self.options.landing_table)
                 cur.execute(f"SELECT epoch_id FROM {marks} WHERE sink_token = %s AND sink = %s "  # type: ignore[arg-type]
                             "AND target = %s FOR UPDATE", mark)
                 row = cur.fetchone()

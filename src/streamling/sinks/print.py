@@ -38,10 +38,9 @@ def format_row(n: int, sample_every: int, row: dict[str, Any]) -> str:
     return f"{n} -> (sample_every={sample_every}) [{op}] {body}"
 
 
-class PrintSink(Sink):
+class PrintSink(Sink[PrintSinkOptions]):
     def __init__(self, ctx: NodeContext, out: TextIO | None = None) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, PrintSinkOptions)
         self.sample_every = self.options.sample_every or ctx.settings.print_sink.sample_every
         self.stop_after = self.options.num_records_before_stop
         self.out = out

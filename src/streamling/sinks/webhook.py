@@ -20,15 +20,13 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-class WebhookSink(Sink):
+class WebhookSink(Sink[WebhookSinkOptions]):
     #: ``batch_size`` bounds the rows of one batch-mode request
     honoured_keys: ClassVar[frozenset[str]] = frozenset({"batch_size"})
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, WebhookSinkOptions)
-        self.opts: WebhookSinkOptions = self.options
-        self.call = build_call(ctx, self.opts, "webhook sink", skip_on_error=self.opts.skip_on_error)
+        self.call = build_call(ctx, self.options, "webhook sink", skip_on_error=self.options.skip_on_error)
         self.skipped = 0
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:

@@ -209,17 +209,14 @@ START_AT_ON_RESTART = ("once a checkpoint exists: a restart resumes after the la
                        "application_id, or the state_dir removed)")
 
 
-class ClickHouseSource(Source):
+class ClickHouseSource(Source[ClickHouseSourceOptions]):
     """Reads ``table_name`` (``columns``, ``filter``) once, page by page; then the flow ends."""
 
     bounded = True
 
     def __init__(self, ctx: NodeContext, options: ClickHouseSourceOptions | None = None,
                  state_suffix: str = "") -> None:
-        super().__init__(ctx)
-        opts = options if options is not None else self.options
-        assert isinstance(opts, ClickHouseSourceOptions)
-        self.opts: ClickHouseSourceOptions = opts
+        super().__init__(ctx, options)
         self.conn: ClickHouseSourceSettings = ctx.settings.clickhouse_source
         self._state_suffix = state_suffix
         self.kind = f"{ctx.spec.type} source"  # a hybrid source's backfill speaks as the hybrid node
@@ -227,7 +224,7 @@ class ClickHouseSource(Source):
 
     def ineffective_keys(self) -> dict[str, str]:
         out = super().ineffective_keys()
-        if self.opts.start_at is not None and not self._state_suffix:  # a hybrid phase: the hybrid node reports
+        if self.options.start_at is not None and not self._state_suffix:  # a hybrid phase: the hybrid node reports
             out["start_at"] = START_AT_ON_RESTART
         return out
 
@@ -247,7 +244,7 @@ class ClickHouseSource(Source):
         from streamling.clickhouse import connect, quote_identifier, sorting_key, split_table
         from streamling.spec.types import from_clickhouse
 
-        database, table = split_table(self.opts.table_name, self.conn.database)
+        database, table = split_table(self.options.table_name, self.conn.database)
         where = f"table {database}.{table}"
         try:
             client = connect(self.conn)
@@ -259,7 +256,7 @@ class ClickHouseSource(Source):
         except Exception as exc:
             raise self._fail(f"reading the columns of {where}", exc) from exc
         columns = {str(row[0]): str(row[1]) for row in described.result_rows}
-        wanted = self.opts.columns or list(columns)
+        wanted = self.options.columns or list(columns)
         missing = [c for c in wanted if c not in columns]
         if missing:
             raise self.ctx.error(f"{where} has no column(s) {missing}; it has {list(columns)}",
@@ -283,7 +280,7 @@ class ClickHouseSource(Source):
         numeric = from_clickhouse(columns[paging]).numeric
         quoted = f"{quote_identifier(database)}.{quote_identifier(table)}"
         plan = ScanPlan(table=quoted, select=select, key=quote_identifier(paging), numeric_key=numeric,
-                        where=self.opts.filter)
+                        where=self.options.filter)
         try:
             top = client.query(f"SELECT max({plan.key}), count() FROM {quoted}"
                                + (f" WHERE ({plan.where})" if plan.where else "")).result_rows
@@ -306,9 +303,9 @@ class ClickHouseSource(Source):
 
     def origin(self) -> dict[str, Any]:
         """Where a brand-new checkpoint starts: ``start_at`` (inclusive) or the first row."""
-        if self.opts.start_at is None:
+        if self.options.start_at is None:
             return {"key": None}
-        start: Any = self.opts.start_at
+        start: Any = self.options.start_at
         if self.describe()[0].numeric_key and isinstance(start, str):
             for number in (int, float):
                 try:

@@ -50,22 +50,20 @@ _AVRO_TYPE = re.compile(r"Cannot convert Avro field '([^']+)' to SQL field '[^']
                         r"\(avroType = \"?(.+?)\"?, sqlType = \"?(.+?)\"?\)")
 
 
-class FileSource(Source):
+class FileSource(Source[FileSourceOptions]):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, FileSourceOptions)
-        self.opts: FileSourceOptions = self.options
-        self.bounded = self.opts.mode.type == "bounded"
-        self.poll_interval_secs = parse_duration_secs(self.opts.mode.poll_interval)
+        self.bounded = self.options.mode.type == "bounded"
+        self.poll_interval_secs = parse_duration_secs(self.options.mode.poll_interval)
         self.schema: StructType | None = None  # the data columns every file must fit
 
     def _local_path(self) -> str | None:
-        parsed = urlparse(self.opts.path)
+        parsed = urlparse(self.options.path)
         if parsed.scheme in ("", "file"):
-            return parsed.path if parsed.scheme == "file" else self.opts.path
+            return parsed.path if parsed.scheme == "file" else self.options.path
         if parsed.scheme in REMOTE_SCHEMES:
             return None
-        raise self.ctx.error(f"unsupported scheme '{parsed.scheme}' in path {self.opts.path!r}",
+        raise self.ctx.error(f"unsupported scheme '{parsed.scheme}' in path {self.options.path!r}",
                              hint="use a local path, s3://, s3a:// or gs://", code="unsupported_scheme")
 
     def read_stream(self, spark: SparkSession) -> DataFrame:
@@ -74,7 +72,7 @@ class FileSource(Source):
         from pyspark.sql.types import StringType, StructType
 
         local = self._local_path()
-        fmt = SPARK_FORMAT[self.opts.format]
+        fmt = SPARK_FORMAT[self.options.format]
         options: dict[str, str] = {}
         if fmt == "csv":
             # enforceSchema=false: each file's header must name the schema's columns, in order.
@@ -82,14 +80,14 @@ class FileSource(Source):
                            maxCharsPerColumn=str(self.ctx.settings.file_source.max_field_chars))
         if fmt in TEXT_FORMATS:
             options.update(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT)
-        path = self.opts.path
+        path = self.options.path
         if local is not None:
             path = os.path.abspath(local)
             files = [f for f in glob.glob(os.path.join(path, "**", "*"), recursive=True) if os.path.isfile(f)] \
                 if os.path.isdir(path) else glob.glob(path)
             data_files = [f for f in files if not os.path.basename(f).startswith((".", "_"))]
             if not data_files:
-                raise self.ctx.error(f"no files matching {self.opts.path!r}",
+                raise self.ctx.error(f"no files matching {self.options.path!r}",
                                      hint="check the path, or add files before starting", code="no_files")
             if os.path.isdir(path) and not any("=" in os.path.basename(os.path.dirname(f)) for f in data_files):
                 options["recursiveFileLookup"] = "true"
@@ -101,7 +99,7 @@ class FileSource(Source):
                 raise self._field_too_long(path if local is not None else None) from exc
             jvm = jvm_failure(exc)
             if jvm is not None:
-                raise self.ctx.error(f"inferring the schema of {self.opts.path!r}: {jvm.what}", hint=jvm.hint,
+                raise self.ctx.error(f"inferring the schema of {self.options.path!r}: {jvm.what}", hint=jvm.hint,
                                      code="jvm_failed") from exc
             if not isinstance(exc, AnalysisException):
                 raise
@@ -109,7 +107,7 @@ class FileSource(Source):
                 raise self.ctx.error("reading avro files needs the spark-avro connector, which is not installed",
                                      hint="convert the files to parquet, or add spark-avro to the connector jars",
                                      code="connector_missing") from exc
-            raise self.ctx.error(f"cannot read {self.opts.format} files at {self.opts.path!r}: "
+            raise self.ctx.error(f"cannot read {self.options.format} files at {self.options.path!r}: "
                                  f"{str(exc).splitlines()[0]}", code="file_unreadable") from exc
         # A malformed JSON line among the starting files makes inference add the corrupt-record
         # column; it is never a data column.
@@ -148,7 +146,7 @@ class FileSource(Source):
 
     def explain_failure(self, raw: DataFrame, exc: BaseException) -> StreamlingError | None:
         text = chain_text(exc)
-        if FIELD_TOO_LONG in text and self.opts.format == "csv":
+        if FIELD_TOO_LONG in text and self.options.format == "csv":
             local = self._local_path()
             return self._field_too_long(os.path.abspath(local) if local is not None else None)
         spark = raw.sparkSession
@@ -169,7 +167,7 @@ class FileSource(Source):
         files are scanned for it; univocity's error names neither) and the key to raise."""
         limit = self.ctx.settings.file_source.max_field_chars
         found = _long_line(local, limit) if local is not None else None
-        where = f"field at {self._display(found[0])}:{found[1]}" if found else f"a field in {self.opts.path}"
+        where = f"field at {self._display(found[0])}:{found[1]}" if found else f"a field in {self.options.path}"
         return self.ctx.error(
             f"{where} is longer than {limit} characters (file_source.max_field_chars)",
             hint="raise file_source.max_field_chars (STREAMLING__FILE_SOURCE__MAX_FIELD_CHARS) above the field's "
@@ -191,9 +189,9 @@ class FileSource(Source):
         truncated = len(record) >= RECORD_CHARS
         problem = None
         if not truncated:
-            explain = self._csv_problem if self.opts.format == "csv" else self._json_problem
+            explain = self._csv_problem if self.options.format == "csv" else self._json_problem
             problem = explain(record, nulls)
-        if problem is None and truncated and SPARK_FORMAT[self.opts.format] == "json":
+        if problem is None and truncated and SPARK_FORMAT[self.options.format] == "json":
             problem = _json_too_long(uri, line)
         if problem is None:
             columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in self.schema.fields)
@@ -284,7 +282,7 @@ class FileSource(Source):
         if given is not None:
             file, base = _local_file(uri), os.path.abspath(given)
         else:  # compared without the scheme: s3:// and s3a:// name the same objects
-            file, base = _decoded(uri).split("://", 1)[-1], self.opts.path.split("://", 1)[-1]
+            file, base = _decoded(uri).split("://", 1)[-1], self.options.path.split("://", 1)[-1]
         if file is None:
             return False
         return file == base or file.startswith(base.rstrip("/") + "/") or fnmatch.fnmatch(file, base)

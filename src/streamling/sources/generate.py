@@ -148,16 +148,14 @@ def register_generate(spark: SparkSession) -> None:
         _REGISTERED.add(key)
 
 
-class GenerateSource(Source):
+class GenerateSource(Source[GenerateSourceOptions]):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, GenerateSourceOptions)
-        self.opts: GenerateSourceOptions = self.options
-        self.bounded = self.opts.rows is not None
+        self.bounded = self.options.rows is not None
 
     def read_stream(self, spark: SparkSession) -> DataFrame:
         register_generate(spark)
-        o = self.opts
+        o = self.options
         reader = spark.readStream.format(FORMAT)
         for key in ("rows", "rows_per_second", "rows_per_batch", "partitions", "seed", "start_id", "profile"):
             value = getattr(o, key)

@@ -29,28 +29,25 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from streamling.state.base import StateBackend
 
 log = logging.getLogger(__name__)
 
 LIVE = "live"
 
 
-class HybridSource(Source):
+class HybridSource(Source[HybridSourceOptions]):
     bounded = True
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, HybridSourceOptions)
-        self.opts: HybridSourceOptions = self.options
-        self.phases = [f"backfill-{i}" for i in range(len(self.opts.bounded_sources))] + [LIVE]
+        self.phases = [f"backfill-{i}" for i in range(len(self.options.bounded_sources))] + [LIVE]
         self._index: int | None = None
         self._children: dict[int, Source] = {}
         self._phases_checked = False
 
     def ineffective_keys(self) -> dict[str, str]:
         out = super().ineffective_keys()
-        for i, bounded in enumerate(self.opts.bounded_sources):
+        for i, bounded in enumerate(self.options.bounded_sources):
             if bounded.start_at is not None:
                 out[f"bounded_sources[{i}].start_at"] = START_AT_ON_RESTART
         return out
@@ -60,13 +57,9 @@ class HybridSource(Source):
     def state_key(self) -> str:
         return f"hybrid_source_{self.name}_v1"
 
-    def _state(self) -> StateBackend | None:
-        state = self.ctx.extras.get("state")
-        return state  # type: ignore[no-any-return]
-
     def _current(self) -> int:
         if self._index is None:
-            state = self._state()
+            state = self.ctx.state
             stored = state.get(self.state_key()) if state is not None else None
             phase = (stored or {}).get("phase")
             index = self.phases.index(phase) if phase in self.phases else 0
@@ -89,7 +82,7 @@ class HybridSource(Source):
         return self._children[index]
 
     def _make(self, index: int) -> Source:
-        opts = self.opts
+        opts = self.options
         if index < len(opts.bounded_sources):
             bounded = opts.bounded_sources[index]
             scan = ClickHouseSourceOptions(type="clickhouse", table_name=bounded.table_name, columns=bounded.columns,
@@ -110,7 +103,7 @@ class HybridSource(Source):
         entries: dict[str, dict[str, Any]] = {self.state_key(): {"phase": self.phases[following]}}
         if self.phases[following] == LIVE:
             entries.update(self._live_offsets())
-        state = self._state()
+        state = self.ctx.state
         if state is not None:
             state.put_many(entries)
         log.info("hybrid source '%s': %s done, switching to %s%s", self.name, self.phases[index],
@@ -122,7 +115,7 @@ class HybridSource(Source):
 
     def _live_offsets(self) -> dict[str, dict[str, Any]]:
         """Per partition, the offset the history reaches, as the Kafka phase's state entries."""
-        table = self.opts.offset_table
+        table = self.options.offset_table
         if table is None:
             return {}
         from streamling.clickhouse import connect, error, quote_identifier, split_table
@@ -142,7 +135,7 @@ class HybridSource(Source):
         except Exception as exc:
             raise error("hybrid source", self.name, f"reading the Kafka offsets in {database}.{name}", exc,
                         conn) from exc
-        topic = self.opts.unbounded_source.topic
+        topic = self.options.unbounded_source.topic
         return {f"{self.name}:{topic}:{int(p)}": {"offset": int(o), "from": "offset_table"} for p, o in rows}
 
     @staticmethod

@@ -56,15 +56,13 @@ POISON = "streamling-poison: "
 WRITER_AHEAD = "streamling-writer-ahead: "
 
 
-class KafkaSource(Source):
+class KafkaSource(Source[KafkaSourceOptions]):
     bounded = False
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, KafkaSourceOptions)
-        self.opts: KafkaSourceOptions = self.options
         self.conn = ctx.settings.kafka_source
-        self.topic = self.opts.topic
+        self.topic = self.options.topic
         self.subject = f"{self.topic}-value"
         # Streamling gives each source its own group: ``<consumer_group_id>-<node>``.
         self.group_id = (f"{self.conn.consumer_group_id}-{self.name}" if self.conn.consumer_group_id
@@ -97,7 +95,7 @@ class KafkaSource(Source):
         # before the record on the wire, which Avro resolution strips when reading into the record.
         writers = {sid: s.schema for sid, s in versions.items()}
         registered = dict(versions)
-        for override in self.opts.schema_id_overrides or []:
+        for override in self.options.schema_id_overrides or []:
             if override.to in writers:
                 writers[override.from_] = writers[override.to]
                 registered[override.from_] = versions[override.to]
@@ -105,11 +103,11 @@ class KafkaSource(Source):
 
     def _skips_resolution(self, reader: RegisteredSchema) -> bool:
         """Streamling: unconditionally, or when the reader schema id is listed."""
-        return self.opts.skip_schema_resolution or reader.schema_id in (
-            self.opts.skip_schema_resolution_for_reader_schema_ids or [])
+        return self.options.skip_schema_resolution or reader.schema_id in (
+            self.options.skip_schema_resolution_for_reader_schema_ids or [])
 
     def inferred_primary_key(self) -> list[str]:
-        if self.opts.data_format != "avro":
+        if self.options.data_format != "avro":
             return []
         reader, _ = self._schemas()
         return primary_keys_from_doc(unwrap_root(reader.schema))
@@ -135,20 +133,20 @@ class KafkaSource(Source):
         Streamling's order: this node's offsets in the state backend, else ``starting_offsets``
         (also for partitions the state backend does not know yet).
         """
-        state = self.ctx.extras.get("state")
+        state = self.ctx.state
         stored: dict[int, int] = {}
         if state is not None:
             prefix = f"{self.name}:{self.topic}:"
             stored = {int(k[len(prefix):]): int(v["offset"]) for k, v in state.list(prefix).items()}
         if stored:
-            fallback = -1 if self.opts.starting_offsets == "latest" else -2
+            fallback = -1 if self.options.starting_offsets == "latest" else -2
             offsets = {str(p): stored.get(p, fallback) for p in self._partitions()}
             log.info("kafka source '%s': starting from the state backend's offsets %s", self.name, offsets)
             return {"startingOffsets": json.dumps({self.topic: offsets})}
-        if self.opts.starting_offsets.isdigit():
-            return {"startingTimestamp": self.opts.starting_offsets,
+        if self.options.starting_offsets.isdigit():
+            return {"startingTimestamp": self.options.starting_offsets,
                     "startingOffsetsByTimestampStrategy": "latest"}
-        return {"startingOffsets": self.opts.starting_offsets}
+        return {"startingOffsets": self.options.starting_offsets}
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -176,11 +174,11 @@ class KafkaSource(Source):
         from pyspark.sql import functions as F
 
         where = self._where()
-        if self.opts.data_format == "json":
-            ddl = spark_ddl(self.opts.schema_ or {})
+        if self.options.data_format == "json":
+            ddl = spark_ddl(self.options.schema_ or {})
             body = exact_json_decimals(F.from_json(F.col("value").cast("string"), ddl, {"mode": "FAILFAST"}),
-                                       F.col("value"), self.opts.schema_ or {})
-            self._wide = wide_columns(self.opts.schema_)
+                                       F.col("value"), self.options.schema_ or {})
+            self._wide = wide_columns(self.options.schema_)
             decoded = F.when(F.col("value").isNull(), self._poison(F.concat(F.lit("tombstone (null value) at "),
                                                                                 where))).otherwise(body)
         else:
@@ -188,18 +186,18 @@ class KafkaSource(Source):
         op = F.expr("CASE lower(cast(try_element_at(filter(headers, h -> h.key = 'dbz.op'), 1).value AS STRING)) "
                     "WHEN 'u' THEN 'u' WHEN 'd' THEN 'd' ELSE 'i' END")
         meta = []
-        if self.opts.include_metadata:
+        if self.options.include_metadata:
             meta = [F.col("topic").alias("_kafka_topic"), F.col("partition").alias("_kafka_partition"),
                     F.col("offset").alias("_kafka_offset"), F.col("timestamp").alias("_kafka_timestamp"),
                     F.col("key").cast("string").alias("_kafka_key")]
         out = df.select(decoded.alias("__v"), op.alias(GS_OP), *meta).select("__v.*", GS_OP, *_names(meta))
-        out = wide_decimal_columns(out, self._wide, from_bytes=self.opts.data_format == "avro")
-        if self.opts.filter:
+        out = wide_decimal_columns(out, self._wide, from_bytes=self.options.data_format == "avro")
+        if self.options.filter:
             try:
                 # the filter is DataFusion SQL, as in Streamling: translated for Spark
                 types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
                 register_udfs(out.sparkSession)  # the filter may call Streamling's SQL functions
-                out = out.where(F.expr(spark_expression(self.opts.filter, types)))
+                out = out.where(F.expr(spark_expression(self.options.filter, types)))
             except Exception as exc:  # noqa: BLE001 - Spark raises parse and analysis errors as several types
                 raise self._filter_error(exc, out.columns) from exc
         return out
@@ -207,7 +205,7 @@ class KafkaSource(Source):
     def _filter_error(self, exc: BaseException, columns: list[str]) -> StreamlingError:
         """The filter as the user wrote it failed to resolve: say which column, once, without a plan dump."""
         hint = "fix 'filter'; it may use the decoded columns" + (" and the _kafka_* metadata columns"
-                                                                 if self.opts.include_metadata else "")
+                                                                 if self.options.include_metadata else "")
         params = getattr(exc, "getMessageParameters", lambda: None)() or {}
         condition = str(getattr(exc, "getCondition", lambda: "")() or "")
         if condition.startswith("UNRESOLVED_COLUMN") and params.get("objectName"):
@@ -234,7 +232,7 @@ class KafkaSource(Source):
         for sid, writer in sorted(writers.items()):
             prefix = header == F.lit(b"\x00" + int(sid).to_bytes(4, "big"))
             version = registered[sid].version
-            if not skip and self.opts.validate_writer_schema_ordering and version > reader.version:
+            if not skip and self.options.validate_writer_schema_ordering and version > reader.version:
                 expr = expr.when(prefix, F.raise_error(F.concat(F.lit(
                     f"{WRITER_AHEAD}writer schema id {sid} (version {version} of subject '{self.subject}') is newer "
                     f"than the reader schema id {reader.schema_id} (version {reader.version}) this flow started "
@@ -279,7 +277,7 @@ class KafkaSource(Source):
             message = text.split(POISON, 1)[1].split("\n", 1)[0]
             message = re.sub(r"\s*SQLSTATE: \w+\.?$", "", message).rstrip(". ")
             return self.ctx.error(f"poison record: {message}", hint=hint, code="poison_record")
-        if "malformed" in text.lower() and self.opts.data_format == "avro":
+        if "malformed" in text.lower() and self.options.data_format == "avro":
             found = self._find_undecodable(raw)
             if found:
                 return self.ctx.error(f"poison record: {found}", hint=hint, code="poison_record")

@@ -12,7 +12,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from streamling.runtime.nodes import Epoch, Transform
+from streamling.runtime.nodes import Epoch, OptionsT, Transform
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 BatchFunction = Callable[[Iterator["pa.RecordBatch"]], Iterator["pa.RecordBatch"]]
 
 
-class ArrowTransform(Transform):
+class ArrowTransform(Transform[OptionsT]):
     """A transform implemented as a function over Arrow record batches."""
 
     @abstractmethod

@@ -322,10 +322,8 @@ class PostgresDynamicTable:
         return StreamlingError(message, node=self.node, node_kind="dynamic_table transform", **kwargs)
 
 
-def open_backend(ctx: NodeContext) -> InMemoryDynamicTable | PostgresDynamicTable:
+def open_backend(ctx: NodeContext, opts: DynamicTableTransformOptions) -> InMemoryDynamicTable | PostgresDynamicTable:
     """The node's backend; nothing is contacted until the first epoch uses it."""
-    opts = ctx.spec.options
-    assert isinstance(opts, DynamicTableTransformOptions)
     if opts.backend_type == "InMemory":
         return InMemoryDynamicTable(opts.backend_entity_name)
     from streamling.postgres import PoolSettings
@@ -342,16 +340,12 @@ def open_backend(ctx: NodeContext) -> InMemoryDynamicTable | PostgresDynamicTabl
                                     max_size=pg.max_connections or 1))
 
 
-class DynamicTableTransform(Transform):
+class DynamicTableTransform(Transform[DynamicTableTransformOptions]):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         opts = self.options
-        assert isinstance(opts, DynamicTableTransformOptions)
-        self.opts = opts
-        self.backend = open_backend(ctx)
-        registry = ctx.extras.get("dynamic_tables")
-        if registry is not None:
-            registry[self.name] = self.backend
+        self.backend = open_backend(ctx, opts)
+        ctx.dynamic_tables[self.name] = self.backend
         self.reads_batch_eagerly = opts.sql is not None
         self.query = UpstreamSql(ctx, opts.sql, carry_gs_op=False) if opts.sql else None
 
@@ -359,7 +353,7 @@ class DynamicTableTransform(Transform):
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
-        column = self.opts.column
+        column = self.options.column
         if self.query is None:
             return spark.createDataFrame([], T.StructType([T.StructField(column, T.StringType())]))
         values = self._values(spark, inputs, epoch)
@@ -386,7 +380,7 @@ class DynamicTableTransform(Transform):
             raise self.ctx.error(f"sql selects '{field.name}' of type {field.dataType.simpleString()}; a dynamic "
                                  "table stores text values", code="sql_invalid",
                                  hint="select a string (numbers are stored as their text)")
-        return out.select(F.col(f"`{field.name}`").cast("string").alias(self.opts.column))
+        return out.select(F.col(f"`{field.name}`").cast("string").alias(self.options.column))
 
     def close(self) -> None:
         self.backend.close()

@@ -22,23 +22,21 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 
-class HandlerTransform(ArrowTransform):
+class HandlerTransform(ArrowTransform[HandlerTransformOptions]):
     #: ``batch_size`` bounds the rows of one batch-mode request
     honoured_keys: ClassVar[frozenset[str]] = frozenset({"parallelism", "batch_size"})
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, HandlerTransformOptions)
-        self.opts: HandlerTransformOptions = self.options
         # Resolved now so a missing or clashing secret stops the pipeline before any query starts.
-        self.call = build_call(ctx, self.opts, "handler transform")
+        self.call = build_call(ctx, self.options, "handler transform")
 
     def output_schema(self, input_schema: StructType) -> StructType:
         """The input's columns, retyped, added (at the end) or dropped (null) by ``schema_override``."""
         from pyspark.sql.types import StructType
 
         fields = {f.name: f for f in input_schema.fields}
-        for column, type_name in (self.opts.schema_override or {}).items():
+        for column, type_name in (self.options.schema_override or {}).items():
             if type_name is None:
                 fields.pop(column, None)
             else:

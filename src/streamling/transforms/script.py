@@ -69,12 +69,11 @@ class ScriptJob:
     unknown_keys_hint: str = "add them to 'schema' (or stop returning them)"  # what to do about unknown keys
 
 
-class ScriptTransform(ArrowTransform):
+class ScriptTransform(ArrowTransform[ScriptTransformOptions]):
     """``type: script``: JavaScript or TypeScript, one sandbox call per Arrow batch."""
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, ScriptTransformOptions)
         self.script_options: ScriptTransformOptions = self.options
         source = self.script_options.script
         if self.script_options.language == "typescript":

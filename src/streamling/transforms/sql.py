@@ -33,7 +33,7 @@ class UpstreamSql:
 
     def __init__(self, ctx: NodeContext, sql: str, carry_gs_op: bool) -> None:
         self.ctx = ctx
-        scope = str(ctx.extras.get("scope", "p"))
+        scope = ctx.scope
         self.views = {u.lower(): view_name(scope, u) for u in ctx.spec.upstream}
         self.source = sql
         self.carry_gs_op = carry_gs_op
@@ -102,14 +102,13 @@ class UpstreamSql:
                                  hint="fix the query in 'sql'", code="sql_invalid") from exc
 
 
-class SqlTransform(Transform):
+class SqlTransform(Transform[SqlTransformOptions]):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, SqlTransformOptions)
         self.query = UpstreamSql(ctx, self.options.sql, carry_gs_op=True)
         analysis = analyze_sql(self.options.sql)
         tables = analysis.dynamic_tables
-        self.checks = DynamicTableChecks(tables, self.name, ctx.extras.get("dynamic_tables"), ctx.error,
+        self.checks = DynamicTableChecks(tables, self.name, ctx.dynamic_tables, ctx.error,
                                          by_column=analysis.dynamic_table_by_column) \
             if tables or analysis.dynamic_table_by_column else None
         if self.checks is not None:

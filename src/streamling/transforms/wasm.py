@@ -292,16 +292,14 @@ class WasmBatches:
             yield pa.RecordBatch.from_arrays([columns[n] for n in names] + [ops], names=[*names, GS_OP])
 
 
-class WasmTransform(ArrowTransform):
+class WasmTransform(ArrowTransform[WasmTransformOptions]):
     """Runs a user's Extism plugin over whole batches; checks the module at plan time."""
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        assert isinstance(self.options, WasmTransformOptions)
-        self.opts: WasmTransformOptions = self.options
-        path = os.path.abspath(self.opts.module)
-        self.plugin = PluginSpec(path, self.opts.function, dict(self.opts.config), self.opts.timeout_ms,
-                                 self.opts.memory_max_pages)
+        path = os.path.abspath(self.options.module)
+        self.plugin = PluginSpec(path, self.options.function, dict(self.options.config), self.options.timeout_ms,
+                                 self.options.memory_max_pages)
         self._check_module()
 
     def _check_module(self) -> None:
@@ -326,9 +324,9 @@ class WasmTransform(ArrowTransform):
     def output_schema(self, input_schema: StructType) -> StructType:
         from pyspark.sql.types import StringType, StructField, StructType
 
-        if not self.opts.schema_:
+        if not self.options.schema_:
             return input_schema
-        fields = [parse_type(type_name).spark_field(name) for name, type_name in self.opts.schema_.items()
+        fields = [parse_type(type_name).spark_field(name) for name, type_name in self.options.schema_.items()
                   if name != GS_OP]
         return StructType([*fields, StructField(GS_OP, StringType(), True)])
 
@@ -339,7 +337,7 @@ class WasmTransform(ArrowTransform):
         out = self.output_schema(input_schema)
         arrow = with_wide_metadata(to_arrow_schema(out, timezone="UTC"), out)
         output = pa.schema([f for f in arrow if f.name != GS_OP])
-        return WasmBatches(self.name, self.plugin, self.opts.input_format, output)
+        return WasmBatches(self.name, self.plugin, self.options.input_format, output)
 
 
 def _function_exports(path: str) -> list[str]:

@@ -32,7 +32,7 @@ class Sinks:
                "sinks": {"out": {"type": "clickhouse", "from": "gen", "table": table, "primary_key": "id", **options}}}
         spec = parse_pipeline(yaml.safe_dump(doc)).nodes["out"]
         ctx = NodeContext(spec=spec, settings=load_settings(environ=self.environ), primary_key=["id"],
-                          extras={"input_schema": self.spark.createDataFrame([], DDL).schema})
+                          input_schema=self.spark.createDataFrame([], DDL).schema)
         sink = ClickHouseSink(ctx)
         self.made.append(sink)
         sink.open(self.spark)

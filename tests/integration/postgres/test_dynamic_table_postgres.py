@@ -148,7 +148,7 @@ class Tables:
                "sinks": {"o": {"type": "print", "from": "c"}}}
         spec = parse_pipeline(yaml.safe_dump(doc, sort_keys=False)).nodes["watch"]
         settings = load_settings(environ=self.environ, cwd=Path("/nonexistent"), overrides=overrides)
-        backend = open_backend(NodeContext(spec=spec, settings=settings))
+        backend = open_backend(NodeContext(spec=spec, settings=settings), spec.options)
         assert isinstance(backend, PostgresDynamicTable)
         self.opened.append(backend)
         return backend

@@ -101,7 +101,7 @@ def _sink(spark: Any, environ: Mapping[str, str], landing: str, agg: str, body: 
     spec = parse_pipeline(yaml.safe_dump(doc)).nodes["agg"]
     schema = spark.createDataFrame([], "id long, amount double, _gs_op string").schema
     ctx = NodeContext(spec=spec, settings=load_settings(environ=environ), primary_key=["id"],
-                      extras={"input_schema": schema})
+                      input_schema=schema)
     sink = PostgresAggregateSink(ctx)
     sink.open(spark)
     return sink

@@ -47,10 +47,11 @@ class Harness:
         doc = {"sources": {"gen": {"type": "generate", "rows": 1}}, "transforms": {}, "sinks": {SINK: node}}
         spec = parse_pipeline(yaml.safe_dump(doc, sort_keys=False)).nodes[SINK]
         settings = load_settings(environ=self.environ, overrides=overrides)
-        extras: dict[str, Any] = {}
+        schema = None
         if input_ddl is not None:
-            extras["input_schema"] = self.spark.createDataFrame([], input_ddl).schema
-        ctx = NodeContext(spec=spec, settings=settings, primary_key=spec.options.key_columns(), extras=extras)
+            schema = self.spark.createDataFrame([], input_ddl).schema
+        ctx = NodeContext(spec=spec, settings=settings, primary_key=spec.options.key_columns(),
+                          input_schema=schema)
         sink = PostgresSink(ctx)
         self.sinks.append(sink)
         if open_now:
