@@ -123,11 +123,16 @@ class _Progress:
 
 
 def _load(args: argparse.Namespace) -> tuple[Settings, Any]:
+    from streamling.plugins.discovery import load_plugins
+    from streamling.plugins.host import check_configured_plugins, preprocess
     from streamling.spec import load_pipeline
 
     settings = load_settings(args.config)
+    load_plugins(settings.plugin.path)
+    check_configured_plugins(settings)
     path = args.pipeline or settings.pipeline_definition_location
-    return settings, load_pipeline(path)
+    rewrite = (lambda text: preprocess(text, settings)) if settings.plugin.preprocessor_ids else None
+    return settings, load_pipeline(path, rewrite)
 
 
 def validate(args: argparse.Namespace) -> int:
@@ -246,6 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         setup_logging("text", debug=False)
         return bundle_main(argv[1:])
+    if argv[:1] == ["plugins"]:
+        setup_logging("text", debug=False)
+        return list_plugins(argv[1:])
     args = _parser().parse_args(argv)
     if args.validate:
         return validate(args)
@@ -268,6 +276,40 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "" if args.debug else " (run with --debug for the trace, and report it)",
                   exc_info=args.debug)
         return 2
+
+
+def list_plugins(argv: Sequence[str]) -> int:
+    """``streamling plugins [--json]``: every installed plugin and UDF, and plugins that failed to load."""
+    from streamling.plugins import registry
+    from streamling.plugins.discovery import FAILURES, load_plugins
+
+    parser = argparse.ArgumentParser(prog="streamling plugins", description="List installed plugins.")
+    parser.add_argument("--config", default=None, help="config file (for plugin.path)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(list(argv))
+    try:
+        path = load_settings(args.config).plugin.path
+    except StreamlingError as exc:
+        log.error("%s", exc.describe())
+        return 1
+    load_plugins(path)
+    plugins = [{"id": i.plugin_id, "kind": i.kind, "class": f"{i.cls.__module__}.{i.cls.__qualname__}",
+                "from": i.origin} for i in sorted(registry.PLUGINS.values(), key=lambda i: (i.kind, i.plugin_id))]
+    udfs = [{"id": u.name, "kind": "udf", "returns": u.returns, "from": u.origin}
+            for u in sorted(registry.UDFS.values(), key=lambda u: u.name)]
+    failed = [{"from": f.origin, "error": f.message} for f in FAILURES]
+    if args.json:
+        sys.stdout.write(json.dumps({"plugins": plugins + udfs, "failed": failed}) + "\n")
+        return 0
+    rows = [(p["kind"], p["id"], p["from"]) for p in plugins + udfs]
+    if not rows:
+        sys.stdout.write("no plugins installed (entry-point group 'streamling.plugins', or STREAMLING__PLUGIN__PATH)\n")
+    width = max((len(r[1]) for r in rows), default=0)
+    for kind, pid, origin in rows:
+        sys.stdout.write(f"{kind:<12} {pid:<{width}}  {origin}\n")
+    for f in failed:
+        sys.stdout.write(f"failed       {f['from']}: {f['error']}\n")
+    return 0
 
 
 def _log_format(args: argparse.Namespace) -> str:

@@ -73,9 +73,8 @@ def test_unknown_config_sections_are_rejected_like_unknown_pipeline_keys(tmp_pat
 
 
 @pytest.mark.parametrize(("type_name", "message"), [
-    ("basic_plugin.random_source", "source 'src': source type 'basic_plugin.random_source' is not available: no "
-                                   "installed plugin provides it (this build runs built-in types only); "
-                                   "available source types: clickhouse, file, generate, hybrid, kafka"),
+    ("acme_api.orders_source", "source 'src': source type 'acme_api.orders_source' is not available: no "
+                               "installed plugin provides it (installed source plugins: basic_plugin.random_source)"),
     ("delta", "source 'src': source type 'delta' is not available in this build yet; available source "
               "types: clickhouse, file, generate, hybrid, kafka"),
 ])

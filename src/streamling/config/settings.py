@@ -260,6 +260,37 @@ class ClickHouseSourceSettings(ClickHouseConnection):
     sort_key_range: int = Field(default=1_000_000, ge=1, validation_alias=AliasChoices("sort_key_range", "block_range"))
 
 
+class PluginSettings(BaseModel):
+    """Streamling's ``plugin`` section. Other keys under it are per-plugin option overrides
+    (``STREAMLING__PLUGIN__<PLUGIN_ID>__<KEY>``, the id upper-cased with ``.`` as ``_``), which the
+    plugin's options model validates when the pipeline is checked."""
+
+    model_config = ConfigDict(extra="allow")
+
+    #: a plugin file or a folder of them (``STREAMLING__PLUGIN__PATH``), loaded besides the
+    #: ``streamling.plugins`` entry points of installed distributions
+    path: str | None = None
+    channel_capacity: int = Field(default=50, ge=1)
+    preprocessor_ids: list[str] = Field(default_factory=list)
+    preprocessor_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    side_output_ids: list[str] = Field(default_factory=list)
+    side_output_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("preprocessor_ids", "side_output_ids", mode="before")
+    @classmethod
+    def _csv(cls, value: Any) -> Any:
+        if isinstance(value, str):  # Streamling: id lists accept a comma-separated string
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @field_validator("preprocessor_options", "side_output_options", mode="before")
+    @classmethod
+    def _json_text(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from the environment: a JSON object keyed by plugin id
+            return json.loads(value) if value.strip() else {}
+        return value
+
+
 class ClickHouseSinkSettings(ClickHouseConnection):
     compression: Literal["none", "gzip", "zstd", "lz4"] = "zstd"
     compression_level: int = Field(default=6, ge=0, le=22)
@@ -319,7 +350,7 @@ class Settings(BaseModel):
     live_data_inspect_enabled: bool = False
     live_data_inspect: dict[str, Any] = Field(default_factory=dict)
     open_telemetry_metrics: dict[str, Any] = Field(default_factory=dict)
-    plugin: dict[str, Any] = Field(default_factory=dict)
+    plugin: PluginSettings = Field(default_factory=PluginSettings)
     plugin_drain_budget_secs: float = 60
     backpressure_event_threshold_ms: int = 100
     clickhouse_source: ClickHouseSourceSettings = Field(default_factory=ClickHouseSourceSettings)
@@ -401,8 +432,9 @@ _INEFFECTIVE: dict[str, str] = {
     "live_data_inspect_enabled": "live inspect is not served by this build; notebooks show live samples per node",
     "live_data_inspect": "live inspect is not served by this build; notebooks show live samples per node",
     "open_telemetry_metrics": f"OpenTelemetry export {_LATER}",
-    "plugin": f"plugins {_LATER}",
-    "plugin_drain_budget_secs": f"plugins {_LATER}",
+    "plugin.channel_capacity": "plugins exchange whole Arrow batches with Spark's operators; there is no channel "
+                               "between them to size",
+    "plugin_drain_budget_secs": "a plugin's epoch in flight is bounded by shutdown_budget_secs like every node's",
     "backpressure_event_threshold_ms": "backpressure events are not emitted by this build; Spark's query progress "
                                        "(input vs processing rate) shows backpressure",
     "postgres_sink.batch_flush_interval": "a Postgres sink flushes once per epoch, in one transaction; set "

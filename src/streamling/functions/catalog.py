@@ -200,16 +200,44 @@ FUNCTIONS: dict[str, SqlFunction] = {
 }
 
 
+PLUGIN_UDF_PREFIX = "streamling_plugin_"
+
+
 def lookup(name: str) -> SqlFunction | None:
-    """The Streamling function called ``name`` (any case), or None."""
+    """The Streamling function called ``name`` (any case), or None. A plugin UDF of that name wins:
+    Streamling registers plugin UDFs last, and a later registration replaces an earlier one."""
+    from streamling.plugins.registry import UDFS
+
+    plugin = UDFS.get(name.lower())
+    if plugin is not None:
+        return SqlFunction(plugin.name, plugin.min_args, plugin.max_args, f"plugin UDF from {plugin.origin}",
+                           udf_name=PLUGIN_UDF_PREFIX + plugin.name)
     return FUNCTIONS.get(name.lower())
 
 
-def register_udfs(spark: SparkSession) -> None:
-    """Register every udf-kind function in ``spark`` (idempotent; cheap after the first call)."""
-    if getattr(spark, "_streamling_udfs", False):
-        return
-    from streamling.functions import udfs
+def function_names() -> list[str]:
+    """Every Streamling function name, plugin UDFs included (for did-you-mean listings)."""
+    from streamling.plugins.registry import UDFS
 
-    udfs.register(spark)
-    spark._streamling_udfs = True  # type: ignore[attr-defined]
+    return sorted({*FUNCTIONS, *UDFS})
+
+
+def register_udfs(spark: SparkSession) -> None:
+    """Register every udf-kind function in ``spark``, and plugin UDFs not registered yet
+    (idempotent; cheap after the first call)."""
+    if not getattr(spark, "_streamling_udfs", False):
+        from streamling.functions import udfs
+
+        udfs.register(spark)
+        spark._streamling_udfs = True  # type: ignore[attr-defined]
+    from streamling.plugins.registry import UDFS
+
+    done: set[str] = getattr(spark, "_streamling_plugin_udfs", set())
+    for name, plugin in UDFS.items():
+        if name not in done:
+            from streamling.functions import udfs
+
+            udfs.register_plugin_udf(spark, PLUGIN_UDF_PREFIX + name, plugin.fn, plugin.returns,
+                                     plugin.deterministic)
+            done.add(name)
+    spark._streamling_plugin_udfs = done  # type: ignore[attr-defined]

@@ -113,3 +113,17 @@ def register(spark: SparkSession) -> None:
         if not udf.deterministic:
             function = function.asNondeterministic()
         spark.udf.register(name, function)
+
+
+def register_plugin_udf(spark: SparkSession, name: str, fn: Callable[..., pa.Array], returns: str,
+                        deterministic: bool) -> None:
+    """Register a plugin's vectorised function under ``name``; ``returns`` is a Spark type name."""
+    from pyspark.sql.functions import arrow_udf
+
+    from streamling.plugins.discovery import ship_by_value
+
+    ship_by_value(fn)
+    function = arrow_udf(_whole_batch(fn), returns)  # type: ignore[call-overload]
+    if not deterministic:
+        function = function.asNondeterministic()
+    spark.udf.register(name, function)

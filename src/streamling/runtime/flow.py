@@ -24,6 +24,7 @@ from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import Epoch, Sink, Source, Transform
 from streamling.runtime.planner import Flow, Plan
 from streamling.runtime.retry import STOPPED, call_with_retry
+from streamling.runtime.side_outputs import SideOutputs
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -87,6 +88,7 @@ class FlowRunner:
         self.settings = plan.settings
         self.sources: list[Source] = plan.sources(flow)
         self.sinks: list[Sink] = plan.sinks(flow)
+        self.side_outputs = SideOutputs(self.settings, [s.name for s in self.sources])
         self.bounded = all(s.bounded for s in self.sources)
         self.query: StreamingQuery | None = None
         self.phase = ""
@@ -381,7 +383,7 @@ class FlowRunner:
         # Cache the batch when it is read more than once: several sinks, a dynamic table collecting
         # its values before the rest of the DAG runs, or the notebook sampling every node. The source
         # is then scanned once, and Spark's numInputRows stays the epoch's real input.
-        fan_out = (len(self.sinks) > 1 or self.bus.sample_rows > 0
+        fan_out = (len(self.sinks) > 1 or self.bus.sample_rows > 0 or bool(self.side_outputs)
                    or any(isinstance(node, Transform) and node.reads_batch_eagerly
                           for node in (self.plan.nodes[t.name] for t in self.flow.transforms)))
         cached = [fan_out]
@@ -406,6 +408,10 @@ class FlowRunner:
             durations["transforms"] = (time.perf_counter() - started) * 1000
             if self.bus.sample_rows > 0:
                 self._sample(epoch, frames)
+            if self.side_outputs:
+                call_with_retry(lambda: self.side_outputs.run({s.name: frames[s.name] for s in self.sources}),
+                                self.settings.retry, f"flow '{self.flow.name}' epoch {batch_id} side outputs",
+                                on_retry)
             for sink in self.sinks:
                 spec = sink.ctx.spec
                 inputs = [frames[u] for u in spec.upstream]
@@ -418,6 +424,9 @@ class FlowRunner:
         finally:
             if cached[0]:
                 batch.unpersist()
+        planned = self._planned_offsets(batch_id)
+        for i, source in enumerate(self.sources):
+            source.on_flushed(epoch, planned[i] if i < len(planned) else None)
         durations["total"] = (time.perf_counter() - started) * 1000
         self.last_epoch = batch_id
         self.rows_to_sinks += max(rows.values(), default=0)
@@ -427,6 +436,22 @@ class FlowRunner:
             self.request_stop(f"num_records_before_stop={limit} reached")
         if any(s.wants_stop() for s in self.sinks):
             self.request_stop("a print sink reached its num_records_before_stop")
+
+    def _planned_offsets(self, batch_id: int) -> list[Any]:
+        """The end offset of each source for ``batch_id``, from Spark's write-ahead log (written
+        before the epoch runs); [] when the log cannot be read."""
+        path = self.checkpoint_dir / "offsets" / str(batch_id)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()[2:]  # version, metadata, then sources
+        except OSError:
+            return []
+        out: list[Any] = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append(None)
+        return out
 
     def _count_input(self, batch: DataFrame, batch_id: int, cached: list[bool]) -> None:
         """Before an epoch's first retry: cache the batch so further attempts read it rather than
@@ -499,12 +524,18 @@ class FlowRunner:
                 call_with_retry(functools.partial(self.state.put_many, entries), self.settings.retry,
                                 f"copying epoch {batch_id} offsets of source '{source.name}' to the state backend")
                 self._offsets[source.name] = end
+        committed = Epoch(batch_id, self.flow.name, self.settings.application_id, sink_token=self.epoch_token)
         for source in self.sources:
             source_end = offsets.get(source.name)
             try:
-                source.on_finalized(Epoch(batch_id, self.flow.name, self.settings.application_id), source_end)
+                source.on_finalized(committed, source_end)
             except Exception:  # noqa: BLE001 - a failing commit hook is logged; Spark's log stays the truth
                 log.exception("source '%s' finalize hook failed for epoch %d", source.name, batch_id)
+        for sink in self.sinks:
+            try:
+                sink.on_finalized(committed)
+            except Exception:  # noqa: BLE001 - the epoch is committed; a failing hook cannot undo that
+                log.exception("sink '%s' finalize hook failed for epoch %d", sink.name, batch_id)
         self.bus.publish(ev.EpochFinalized(
             self.flow.name, epoch=batch_id, offsets=offsets,
             input_rows=self._input_rows(batch_id, progress),

@@ -166,6 +166,10 @@ class Source(Node[OptionsT]):
         """
         return df
 
+    def on_flushed(self, epoch: Epoch, end_offset: Any) -> None:  # noqa: B027 - optional hook
+        """Called inside the epoch once every sink of the flow wrote it, before Spark commits it;
+        ``end_offset`` is where the epoch ends, as Spark's write-ahead log has it."""
+
     def on_finalized(self, epoch: Epoch, end_offset: Any) -> None:  # noqa: B027 - optional hook
         """Called after Spark committed the epoch (e.g. commit consumer-group offsets)."""
 
@@ -239,6 +243,10 @@ class Sink(Node[OptionsT]):
         """The SQL that ``open`` runs to prepare the target, computed without connecting (shown by
         ``--dry-run``); empty for sinks that create nothing or cannot say before connecting."""
         return []
+
+    def on_finalized(self, epoch: Epoch) -> None:  # noqa: B027 - optional hook
+        """Called after Spark committed the epoch: every sink of the flow wrote it and the sources
+        advanced past it, so it is never replayed (clean up what only a replay would need)."""
 
     def wants_stop(self) -> bool:
         """True once the sink has what it was asked for (``num_records_before_stop``): the flow

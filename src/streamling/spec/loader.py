@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,8 @@ def parse_yaml(text: str, source: str = "<pipeline>") -> LoadedDocument:
     return LoadedDocument(data=data, lines=lines, source=source)
 
 
-def load_yaml_file(path: str | Path) -> LoadedDocument:
+def load_yaml_file(path: str | Path, rewrite: Callable[[str], str] | None = None) -> LoadedDocument:
+    """The YAML at ``path``; ``rewrite`` turns its text into the text to parse (preprocessor plugins)."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -103,4 +105,4 @@ def load_yaml_file(path: str | Path) -> LoadedDocument:
         ) from exc
     except OSError as exc:
         raise StreamlingError(f"cannot read pipeline file {p}: {exc}", code="pipeline_unreadable") from exc
-    return parse_yaml(text, source=str(p))
+    return parse_yaml(rewrite(text) if rewrite is not None else text, source=str(p))

@@ -11,7 +11,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails
 
 from streamling.spec.types import check_type_names
@@ -513,6 +522,47 @@ class PostgresAggregateSinkOptions(FromNodeOptions):
         if isinstance(value, dict):
             return {k: ({} if v is None else v) for k, v in value.items()}
         return value
+
+
+# --- plugins -------------------------------------------------------------------------------------
+
+#: Keys of the node itself: never passed to a plugin as its options.
+NODE_KEYS = frozenset({"type", "description", "primary_key", "parallelism", "batch_size", "batch_flush_interval",
+                       "telemetry", "from"})
+
+
+class PluginOptionsMixin(BaseModel):
+    """A plugin node: ``options:`` and the keys flattened onto the node (flattened keys win).
+
+    The registry subclasses this per plugin id with a validator that checks the merged keys
+    against the plugin's own options model; ``plugin_options`` holds the validated result."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    options: dict[str, Any] = Field(default_factory=dict)
+    _plugin_options: BaseModel | None = PrivateAttr(default=None)
+
+    def raw_plugin_options(self) -> dict[str, Any]:
+        flattened = {k: v for k, v in (self.model_extra or {}).items() if k not in NODE_KEYS}
+        return {**self.options, **flattened}
+
+    @property
+    def plugin_options(self) -> BaseModel:
+        if self._plugin_options is None:
+            raise AttributeError(f"plugin node type '{getattr(self, 'type', '?')}' was not validated by its registry")
+        return self._plugin_options
+
+
+class PluginSourceOptions(PluginOptionsMixin, NodeOptions):
+    """A source provided by a plugin (``type: namespace.name``)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class PluginNodeOptions(PluginOptionsMixin, FromNodeOptions):
+    """A transform or sink provided by a plugin (``type: namespace.name``)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
 # --- registry ------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -168,14 +169,22 @@ NOT_YET_AVAILABLE: dict[Kind, set[str]] = {"source": {"delta"}, "transform": set
 
 def _unknown_type(kind: Kind, type_name: str, available: list[str]) -> str:
     """Why ``type_name`` cannot be used: a Streamling type not built yet, a plugin id (``ns.name``) no
-    installed plugin provides (Streamling's "… is not available"), or a typo with a did-you-mean."""
-    listing = f"available {kind} types: {', '.join(available)}"
+    installed plugin provides (Streamling's "… is not available"), or a typo with a did-you-mean.
+    Built-in types and installed plugins are listed apart: what is built in does not change with
+    what is installed."""
+    from streamling.plugins.discovery import FAILURES
+    from streamling.plugins.registry import ids
+
+    plugins = ids(kind)
+    builtins = [t for t in available if t not in plugins]
+    listing = f"available {kind} types: {', '.join(builtins)}"
+    broken = "".join(f"; plugin {f.origin} failed to load: {f.message}" for f in FAILURES)
     if type_name in NOT_YET_AVAILABLE[kind]:
         return f"{kind} type '{type_name}' is not available in this build yet; {listing}"
     if "." in type_name:
         return (f"{kind} type '{type_name}' is not available: no installed plugin provides it "
-                f"(this build runs built-in types only); {listing}")
-    return f"unknown {kind} type '{type_name}'{did_you_mean(type_name, available)}; {listing}"
+                f"(installed {kind} plugins: {', '.join(plugins) or 'none'}){broken}")
+    return f"unknown {kind} type '{type_name}'{did_you_mean(type_name, available)}; {listing}{broken}"
 
 
 def _check_labels(col: _Collector, spec: NodeSpec) -> None:
@@ -209,6 +218,9 @@ def _check_labels(col: _Collector, spec: NodeSpec) -> None:
 
 def build_pipeline(doc: LoadedDocument) -> PipelineSpec:
     """Validate a loaded document; raise ``ValidationError`` listing every problem found."""
+    from streamling.plugins.discovery import load_plugins
+
+    load_plugins()  # plugin types are node types: known before the first node is read
     data = doc.data
     prefix = ""
     col = _Collector(doc, "")
@@ -431,8 +443,9 @@ def _resolve_dynamic_tables(col: _Collector, nodes: dict[str, NodeSpec], declare
                             hint=f"read '{target.upstream[0]}' here, or fill '{table}' from {reads}")
 
 
-def load_pipeline(path: str | Path) -> PipelineSpec:
-    return build_pipeline(load_yaml_file(path))
+def load_pipeline(path: str | Path, rewrite: Callable[[str], str] | None = None) -> PipelineSpec:
+    """Load and validate the pipeline at ``path``; ``rewrite`` preprocesses its text (plugins)."""
+    return build_pipeline(load_yaml_file(path, rewrite))
 
 
 def parse_pipeline(text: str, source: str = "<pipeline>") -> PipelineSpec:

@@ -32,7 +32,7 @@ def spark_function_names() -> frozenset[str]:
 
 def accepted_function_names() -> list[str]:
     """Every function name a Streamling SQL query may call."""
-    return sorted({*fn.BUILDERS, *catalog.FUNCTIONS, DYNAMIC_TABLE_CHECK})
+    return sorted({*fn.BUILDERS, *catalog.function_names(), DYNAMIC_TABLE_CHECK})
 
 
 class Translator:

@@ -445,6 +445,17 @@ def from_clickhouse(type_name: str) -> ClickHouseColumn:
     return ClickHouseColumn("toJSONString({})", T.StringType(), {}, False)
 
 
+def spark_schema_from_arrow(schema: pa.Schema) -> StructType:
+    """The Spark schema of Arrow batches a plugin declares: timestamps with a zone are Spark
+    timestamps, without one ``timestamp_ntz``; unsigned integers widen to the next signed type."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    try:
+        return from_arrow_schema(schema, prefer_timestamp_ntz=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"the Arrow schema {schema} has a type Spark cannot hold: {exc}") from exc
+
+
 def arrow_for_spark(table: pa.Table, schema: StructType) -> pa.Table:
     """``table`` cast to the Arrow types Spark expects for ``schema`` (same column order)."""
     import pyarrow as pa

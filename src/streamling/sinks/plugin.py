@@ -1,0 +1,88 @@
+"""A sink plugin: each epoch written from the executors, one instance per partition.
+
+``parallelism`` sets the number of writers; rows are hashed by the primary key, so one key's ops
+reach one instance in their order. An instance gets its partition's batches (``_gs_op`` included),
+then ``on_epoch_flushed``; the epoch counts as written once every partition returned, and only then
+does the flow let Spark commit it. A replayed epoch keeps its id and partitioning, so a plugin that
+records ``(epoch_id, partition)`` with its writes can skip what it already wrote. ``open`` and
+``on_epoch_finalized`` run on a driver-side instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from streamling.plugins.api import PluginEpoch, SinkPlugin
+from streamling.plugins.host import PluginJob, node_job
+from streamling.runtime.nodes import Epoch, NodeContext, Sink
+from streamling.spec.nodes import PluginNodeOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def _write(job: PluginJob, epoch: Epoch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    partition = task.partitionId() if task else -1
+    at = PluginEpoch(epoch.epoch_id, partition=partition, sink_token=epoch.sink_token)
+    plugin: Any = job.create("executor", partition)
+    rows = 0
+    try:
+        for batch in batches:
+            if batch.num_rows:
+                job.on_executor("write_batch()", lambda b=batch: plugin.write_batch(b, at))
+                rows += batch.num_rows
+        job.on_executor("on_epoch_flushed()", lambda: plugin.on_epoch_flushed(at))
+    finally:
+        job.on_executor("close()", plugin.close)
+    yield pa.RecordBatch.from_pydict({"rows": pa.array([rows], pa.int64())})
+
+
+class PluginSink(Sink[PluginNodeOptions]):
+    #: written from the executors: ``parallelism`` sets how many instances write at once
+    honoured_keys: ClassVar[frozenset[str]] = frozenset({"parallelism"})
+
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        self._driver: SinkPlugin[Any] | None = None
+
+    def job(self, df: DataFrame | None = None) -> PluginJob:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        job = node_job("sink", self.ctx.spec.type, self.name, self.options.plugin_options, self.ctx.primary_key,
+                       self.ctx.settings)
+        schema = df.schema if df is not None else self.ctx.input_schema
+        if schema is not None:
+            job.input_schema = to_arrow_schema(schema, timezone="UTC")
+        return job
+
+    def _driver_plugin(self) -> SinkPlugin[Any]:
+        if self._driver is None:
+            plugin = self.job().create("driver")
+            assert isinstance(plugin, SinkPlugin)
+            self._driver = plugin
+        return self._driver
+
+    def open(self, spark: SparkSession) -> None:
+        plugin = self._driver_plugin()
+        self.job().call("open()", plugin.open)
+
+    def write(self, df: DataFrame, epoch: Epoch) -> int:
+        job = self.job(df)
+        counts = df.mapInArrow(lambda batches: _write(job, epoch, batches), "rows bigint").collect()
+        return sum(int(row[0]) for row in counts)
+
+    def on_finalized(self, epoch: Epoch) -> None:
+        plugin = self._driver_plugin()
+        at = PluginEpoch(epoch.epoch_id, sink_token=epoch.sink_token)
+        self.job().call("on_epoch_finalized()", lambda: plugin.on_epoch_finalized(at))
+
+    def close(self) -> None:
+        if self._driver is not None:
+            self.job().call("close()", self._driver.close)
+            self._driver = None

@@ -1,0 +1,204 @@
+"""A source plugin as a Spark streaming source.
+
+The plugin's offsets are Spark's: ``latestOffset`` asks the plugin's ``read(start)`` for what
+follows ``start`` (in Spark's source runner, where one instance lives for the query) and keeps the
+batch until Spark plans it, so the rows are read once; Spark writes the end offset to its
+write-ahead log before the epoch runs. After a crash, the epoch in the log is replayed with
+``read_between(start, end)`` on an executor, and reading goes on from the last committed offset:
+a restart resumes where the last finalized epoch ended, whatever the plugin kept in memory.
+The epoch hooks (``on_epoch_flushed``, ``on_epoch_finalized``) run on a driver-side instance.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from streamling.plugins.api import PluginEpoch, SourcePlugin
+from streamling.plugins.host import GS_OP, PluginJob, conform, node_job, offset_json
+from streamling.runtime.nodes import Epoch, NodeContext, Source
+from streamling.spec.nodes import PluginSourceOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+FORMAT = "streamling_plugin"
+#: offsets travel in Spark's log wrapped in a dict: Spark's Python sources need a JSON object
+WRAP = "v"
+
+
+def _arrow_schema(job: PluginJob, plugin: SourcePlugin[Any]) -> pa.Schema:
+    """The plugin's schema with ``_gs_op`` (the runtime adds it as inserts when the plugin has none)."""
+    import pyarrow as pa
+
+    schema = job.call("output_schema()", plugin.output_schema)
+    if not isinstance(schema, pa.Schema):
+        raise job.error(f"output_schema() returned {type(schema).__name__}, not a pyarrow.Schema")
+    if schema.get_field_index(GS_OP) < 0:
+        schema = schema.append(pa.field(GS_OP, pa.string()))
+    return schema
+
+
+def _data_source_class() -> type:
+    import pickle
+
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    class PluginPartition(InputPartition):
+        def __init__(self, start: Any, end: Any, data: bytes | None) -> None:
+            super().__init__(None)
+            self.start, self.end, self.data = start, end, data
+
+    class PluginStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, job: PluginJob, schema: pa.Schema) -> None:
+            self.job = job
+            self.schema = schema
+            self.plugin: Any = None
+            #: batches read ahead of Spark's plan, by (start, end) offset text
+            self.cache: dict[tuple[str, str], bytes] = {}
+
+        def _reader(self) -> Any:
+            if self.plugin is None:
+                self.plugin = self.job.create("reader")
+            return self.plugin
+
+        def initialOffset(self) -> dict[str, Any]:
+            plugin = self._reader()
+            return {WRAP: self.job.call("initial_offset()", plugin.initial_offset)}
+
+        def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+            plugin = self._reader()
+            got = self.job.call("read()", lambda: plugin.read(start[WRAP]))
+            if not (isinstance(got, tuple) and len(got) == 2):
+                raise self.job.error(f"read() must return (batch or None, end offset), got {type(got).__name__}")
+            batch, end = got
+            key = (offset_json(start[WRAP]), offset_json(end))
+            if batch is not None:
+                batch = conform(self.job, batch, self.schema, "read()")
+            if key[0] == key[1]:
+                if batch is not None and batch.num_rows:
+                    raise self.job.error(f"read() returned {batch.num_rows} rows but did not move the offset "
+                                         f"past {key[0]}; the rows would be read again forever")
+                return start
+            sink = pa.BufferOutputStream()
+            if batch is not None and batch.num_rows:
+                with pa.ipc.new_stream(sink, self.schema) as writer:
+                    writer.write_batch(batch)
+            self.cache[key] = sink.getvalue().to_pybytes()
+            return {WRAP: end}
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            """A bounded plugin ends its own stream: ``read`` returns nothing once it is exhausted."""
+
+        def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+            key = (offset_json(start[WRAP]), offset_json(end[WRAP]))
+            return [PluginPartition(start[WRAP], end[WRAP], self.cache.get(key))]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            part: Any = partition
+            if part.data is not None:
+                if part.data:
+                    with pa.ipc.open_stream(part.data) as stream:
+                        yield from stream
+                return
+            # A replay after a restart: the plan's offsets, read again by the plugin.
+            plugin: Any = self.job.create("executor")
+            try:
+                batch = self.job.on_executor("read_between()", lambda: plugin.read_between(part.start, part.end))
+                if batch is not None:
+                    yield self.job.on_executor("read_between()", lambda: conform(self.job, batch, self.schema,
+                                                                                 "read_between()"))
+            finally:
+                self.job.on_executor("close()", plugin.close)
+
+        def commit(self, end: dict[str, Any]) -> None:
+            done = offset_json(end[WRAP])
+            keys = list(self.cache)
+            if any(k[1] == done for k in keys):
+                for k in keys[:[k[1] for k in keys].index(done) + 1]:
+                    self.cache.pop(k, None)
+
+        def stop(self) -> None:
+            if self.plugin is not None:
+                self.job.call("close()", self.plugin.close)
+
+    class PluginDataSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return FORMAT
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            job, arrow = pickle.loads(base64.b64decode(self.options["job"]))
+            return PluginStreamReader(job, arrow)
+
+    return PluginDataSource
+
+
+_REGISTERED: set[int] = set()
+
+
+class PluginSource(Source[PluginSourceOptions]):
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        self._job: PluginJob | None = None
+        self._driver: SourcePlugin[Any] | None = None
+        cls = self.job.cls
+        assert issubclass(cls, SourcePlugin)
+        self.bounded = bool(cls.is_bounded(self.options.plugin_options))
+        self.poll_interval_secs = cls.poll_interval_secs
+
+    @property
+    def job(self) -> PluginJob:
+        if self._job is None:
+            self._job = node_job("source", self.ctx.spec.type, self.name, self.options.plugin_options,
+                                 self.ctx.primary_key, self.ctx.settings)
+        return self._job
+
+    def driver_plugin(self) -> SourcePlugin[Any]:
+        if self._driver is None:
+            plugin = self.job.create("driver")
+            assert isinstance(plugin, SourcePlugin)
+            self._driver = plugin
+        return self._driver
+
+    def spark_schema(self) -> StructType:
+        from streamling.spec.types import spark_schema_from_arrow
+
+        return spark_schema_from_arrow(_arrow_schema(self.job, self.driver_plugin()))
+
+    def read_stream(self, spark: SparkSession) -> DataFrame:
+        from pyspark import cloudpickle
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if id(spark) not in _REGISTERED:
+            spark.dataSource.register(_data_source_class())
+            _REGISTERED.add(id(spark))
+        schema = self.spark_schema()
+        arrow = to_arrow_schema(schema, timezone="UTC")
+        payload = base64.b64encode(cloudpickle.dumps((self.job, arrow))).decode()
+        return spark.readStream.format(FORMAT).schema(schema).option("job", payload).load()
+
+    def _epoch(self, epoch: Epoch, end_offset: Any) -> PluginEpoch:
+        end = end_offset.get(WRAP) if isinstance(end_offset, dict) else end_offset
+        return PluginEpoch(epoch.epoch_id, sink_token=epoch.sink_token, end_offset=end)
+
+    def on_flushed(self, epoch: Epoch, end_offset: Any) -> None:
+        plugin = self.driver_plugin()
+        self.job.call("on_epoch_flushed()", lambda: plugin.on_epoch_flushed(self._epoch(epoch, end_offset)))
+
+    def on_finalized(self, epoch: Epoch, end_offset: Any) -> None:
+        plugin = self.driver_plugin()
+        self.job.call("on_epoch_finalized()", lambda: plugin.on_epoch_finalized(self._epoch(epoch, end_offset)))
+
+    def close(self) -> None:
+        if self._driver is not None:
+            self.job.call("close()", self._driver.close)
+            self._driver = None
