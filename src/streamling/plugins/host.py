@@ -78,10 +78,12 @@ class PluginJob:
 
     def error(self, message: str, retriable: bool = False, hint: str | None = None) -> StreamlingError:
         code = "plugin_transient" if retriable else "plugin_failed"
-        return StreamlingError(message, node=self.node or None, node_kind=self.node_kind, retriable=retriable,
-                               hint=hint or (None if retriable else f"fix the plugin '{self.plugin_id}' or its "
-                                             "options; the epoch was not committed and is replayed on restart"),
-                               code=code)
+        if not retriable and hint is None:
+            hint = f"fix the plugin '{self.plugin_id}' or its options" + (
+                "" if self.kind == "preprocessor" else "; the epoch was not committed and is replayed on restart")
+        # A node of the pipeline speaks as "<id> <kind> '<node>'"; a preprocessor has no node.
+        node, kind = (self.node, self.node_kind) if self.node else (self.plugin_id, f"{self.kind} plugin")
+        return StreamlingError(message, node=node, node_kind=kind, retriable=retriable, hint=hint, code=code)
 
     def on_executor(self, what: str, fn: Any) -> Any:
         """``call`` for code running in a Spark worker: the error travels to the driver as a

@@ -1,0 +1,100 @@
+"""Plugins on Spark: a plugin source, transform and sink in one pipeline, their hooks in order,
+transient failures retried by the flow, and a failing plugin named with its node."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import Runner
+
+from streamling.errors import StreamlingError
+from streamling.plugins.discovery import load_plugins
+
+PLUGINS = Path(__file__).resolve().parents[2] / "fixtures" / "plugins" / "journal_plugins.py"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def journal_plugins() -> None:
+    assert not load_plugins(str(PLUGINS))
+
+
+def _journal(directory: Path) -> list[dict[str, Any]]:
+    path = directory / "journal.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _written(directory: Path) -> list[dict[str, Any]]:
+    rows = []
+    for file in sorted((directory / "out").glob("*.jsonl")):
+        rows += [json.loads(line) for line in file.read_text().splitlines()]
+    return rows
+
+
+def _pipeline(directory: Path, rows: int, extra: str = "", parallelism: int = 2) -> str:
+    return f"""
+    sources:
+      counter:
+        type: journal.counter
+        dir: {directory}
+        options: {{rows: {rows}, batch: 250}}
+    transforms:
+      doubled:
+        type: journal.flaky
+        from: counter
+        primary_key: id
+        dir: {directory}
+        {extra}
+      odd:
+        type: sql
+        sql: SELECT id, doubled, payload, _gs_op FROM doubled WHERE id % 2 = 1
+    sinks:
+      out:
+        type: journal.files
+        from: odd
+        parallelism: {parallelism}
+        dir: {directory}
+    """
+
+
+def test_plugin_source_transform_and_sink_run_in_one_flow_with_hooks_in_order(runner: Runner,
+                                                                                tmp_path: Path) -> None:
+    run = runner.run(_pipeline(tmp_path, rows=1000))
+    assert run.runners[0].failure is None
+    rows = _written(tmp_path)
+    assert sorted(r["id"] for r in rows) == list(range(1, 1000, 2))
+    assert all(r["doubled"] == 2 * r["id"] and r["payload"] == f"row-{r['id']}" and r["_gs_op"] == "i"
+               for r in rows)
+    journal = _journal(tmp_path)
+    epochs = sorted({e["epoch"] for e in journal if e["hook"] == "source_finalized"})
+    assert epochs == [0, 1, 2, 3]
+    assert [e["end"] for e in journal if e["hook"] == "source_finalized"] == [250, 500, 750, 1000]
+    for epoch in epochs:
+        order = [e["hook"] for e in journal if e.get("epoch") == epoch]
+        # two writers flushed the epoch, then the source saw it flushed; finalized after Spark's commit
+        assert order[:3] == ["sink_flushed", "sink_flushed", "source_flushed"], order
+        assert sorted(order[3:]) == ["sink_finalized", "source_finalized"], order
+    assert {e["partition"] for e in journal if e["hook"] == "sink_flushed"} == {0, 1}
+    assert [e["key"] for e in journal if e["hook"] == "sink_open"] == [["id"]]
+
+
+def test_a_transient_plugin_failure_is_retried_by_the_flow(runner: Runner, tmp_path: Path) -> None:
+    run = runner.run(_pipeline(tmp_path, rows=500, extra="fail_times: 2"),
+                     retry={"initial_backoff_ms": 10, "max_backoff_ms": 20, "max_attempts": 5})
+    assert run.runners[0].failure is None
+    assert (tmp_path / "failures").read_text() == "xx"
+    assert sorted(r["id"] for r in _written(tmp_path)) == list(range(1, 500, 2))
+
+
+def test_a_failing_plugin_stops_the_flow_naming_plugin_and_node(runner: Runner, tmp_path: Path) -> None:
+    with pytest.raises(StreamlingError) as info:
+        runner.run(_pipeline(tmp_path, rows=1000, extra="poison: 600"))
+    err = info.value
+    assert err.node == "doubled"
+    assert err.headline().startswith(
+        "journal.flaky transform 'doubled': process_batch() failed: ValueError: cannot handle id 600")
+    assert not err.retriable
+    # epochs before the poison batch were written; the failing one (500..749) was not
+    assert max(r["id"] for r in _written(tmp_path)) == 499
