@@ -74,7 +74,8 @@ def test_unknown_config_sections_are_rejected_like_unknown_pipeline_keys(tmp_pat
 
 @pytest.mark.parametrize(("type_name", "message"), [
     ("acme_api.orders_source", "source 'src': source type 'acme_api.orders_source' is not available: no "
-                               "installed plugin provides it (installed source plugins: basic_plugin.random_source)"),
+                               "installed plugin provides it (installed source plugins: basic_plugin.random_source, "
+                               "postgres_cdc_source)"),
     ("delta", "source 'src': source type 'delta' is not available in this build yet; available source "
               "types: clickhouse, file, generate, hybrid, kafka"),
 ])

@@ -91,7 +91,7 @@ def test_bad_plugin_options_fail_validation_on_the_node() -> None:
 def test_an_unknown_plugin_is_not_available_and_built_ins_still_work() -> None:
     problems = _problems(PIPELINE.format(extra="").replace("basic_plugin.random_source", "acme_api.orders_source"))
     assert problems == ["source 'rnd': source type 'acme_api.orders_source' is not available: no installed plugin "
-                        "provides it (installed source plugins: basic_plugin.random_source) "
+                        "provides it (installed source plugins: basic_plugin.random_source, postgres_cdc_source) "
                         "[sources.rnd.type (line 4)]"]
 
 

@@ -525,17 +525,16 @@ class FlowRunner:
                                 f"copying epoch {batch_id} offsets of source '{source.name}' to the state backend")
                 self._offsets[source.name] = end
         committed = Epoch(batch_id, self.flow.name, self.settings.application_id, sink_token=self.epoch_token)
-        for source in self.sources:
-            source_end = offsets.get(source.name)
-            try:
-                source.on_finalized(committed, source_end)
-            except Exception:  # noqa: BLE001 - a failing commit hook is logged; Spark's log stays the truth
-                log.exception("source '%s' finalize hook failed for epoch %d", source.name, batch_id)
-        for sink in self.sinks:
-            try:
-                sink.on_finalized(committed)
-            except Exception:  # noqa: BLE001 - the epoch is committed; a failing hook cannot undo that
-                log.exception("sink '%s' finalize hook failed for epoch %d", sink.name, batch_id)
+        hooks: list[tuple[str, Callable[[], None]]] = [
+            (f"source '{source.name}'", functools.partial(source.on_finalized, committed, offsets.get(source.name)))
+            for source in self.sources]
+        hooks += [(f"sink '{sink.name}'", functools.partial(sink.on_finalized, committed)) for sink in self.sinks]
+        for who, hook in hooks:
+            try:  # transient failures (a server briefly busy) get the flow's retry policy
+                call_with_retry(hook, self.settings.retry, f"{who}: finalizing epoch {batch_id}")
+            except Exception as exc:  # noqa: BLE001 - the epoch is committed; a failing hook cannot undo that
+                log.error("%s: finalizing epoch %d failed: %s", who, batch_id,
+                          exc.headline() if isinstance(exc, StreamlingError) else exc)
         self.bus.publish(ev.EpochFinalized(
             self.flow.name, epoch=batch_id, offsets=offsets,
             input_rows=self._input_rows(batch_id, progress),
