@@ -98,3 +98,33 @@ def test_a_failing_plugin_stops_the_flow_naming_plugin_and_node(runner: Runner, 
     assert not err.retriable
     # epochs before the poison batch were written; the failing one (500..749) was not
     assert max(r["id"] for r in _written(tmp_path)) == 499
+
+
+def test_plugin_nodes_preview_and_debug_in_a_notebook_like_built_ins(spark: Any, tmp_path: Path) -> None:
+    from streamling.notebook.session import NotebookPipeline
+
+    nb = NotebookPipeline(application_id="nb_plugins", cwd=tmp_path, spark=spark)
+    nb.define("source", "rnd", {"type": "basic_plugin.random_source", "max_rows": 3000, "record_batch_size": 500})
+    nb.define("transform", "inserts", {"type": "basic_plugin.filter_transform", "from": ["rnd"], "_gs_op": "i"})
+    nb.define("transform", "masked", {"type": "sql", "from": ["inserts"],
+                                      "sql": "SELECT alphanumeric_field, mask_email(alphanumeric_field || '@x.io') "
+                                             "AS mail, num_field, _gs_op FROM inserts WHERE num_field > 500"})
+    nb.define("sink", "out", {"type": "blackhole", "from": ["masked"]})
+    first = nb.preview("inserts")
+    assert first.inputs["rnd"].num_rows == 500  # the plugin source's first epoch
+    assert first.output is not None and first.output.equals(first.inputs["rnd"])  # all inserts
+    preview = nb.preview("masked", rows=5)
+    source_rows = preview.inputs["inserts"]
+    out = preview.output
+    assert out is not None and out.column_names == ["alphanumeric_field", "mail", "num_field", "_gs_op"]
+    assert out.column("alphanumeric_field").to_pylist() == [
+        r["alphanumeric_field"] for r in source_rows.to_pylist() if r["num_field"] > 500]
+    assert all(m == a[0] + "***@x.io" for a, m in zip(out.column("alphanumeric_field").to_pylist(),
+                                                       out.column("mail").to_pylist(), strict=True))
+
+    nb.preview("inserts")
+    nb.define("transform", "inserts", {"type": "basic_plugin.filter_transform", "from": ["rnd"], "_gs_op": "u"})
+    result = nb.debug("inserts")
+    assert result.before is not None and result.before.num_rows == 500
+    assert result.after.num_rows == 0  # every generated row is an insert
+    assert result.changes()["rows_removed"] == 500

@@ -257,3 +257,14 @@ def test_spark_failure_logs_are_silenced_unless_full_traceback(ip: Any) -> None:
     finally:
         ip.run_line_magic("config", "StreamlingMagics.full_traceback = False")
     assert py4j.level == logging.CRITICAL
+
+
+def test_plugin_nodes_are_defined_and_checked_in_cells_like_built_ins(ip: Any) -> None:
+    ip.run_cell_magic("streamling", "source rnd", "type: basic_plugin.random_source\nmax_rows: 100\n")
+    ip.run_cell_magic("streamling", "transform inserts --from rnd --type basic_plugin.filter_transform", "_gs_op: i\n")
+    ip.run_cell_magic("streamling", "sink out --from inserts", "type: basic_plugin.print_sink\nmode: batch\n")
+    assert "pipeline is valid" in str(ip.run_line_magic("streamling", "validate"))
+    with pytest.raises(PipelineError) as err:
+        ip.run_cell_magic("streamling", "source rnd", "type: basic_plugin.random_source\nmax_rows: many\n")
+    assert str(err.value).startswith("Node 'rnd': plugin 'basic_plugin.random_source': option 'max_rows': "
+                                     "Input should be a valid integer")
