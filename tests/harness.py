@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import textwrap
 import time
 from collections.abc import Callable, Mapping
@@ -71,3 +74,24 @@ class Runner:
 
     def input_rows(self) -> int:
         return sum(e.input_rows for e in self.of_type(ev.EpochFinalized))
+
+
+def kill_at_line(cmd: list[str], cwd: Path, env: Mapping[str, str], marker: str,
+                 timeout_secs: float = 300) -> list[str]:
+    """Start ``cmd``, SIGKILL it (no chance to clean up) as soon as its stderr shows ``marker``,
+    and return the stderr lines seen; fails when the marker never came."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=dict(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout_secs
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            break
+        seen.append(line)
+        if marker in line:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert any(marker in line for line in seen), "".join(seen[-40:])
+    return seen

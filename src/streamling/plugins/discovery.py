@@ -36,12 +36,13 @@ class LoadFailure:
 PATH_MODULES: set[str] = set()
 FAILURES: list[LoadFailure] = []
 _loaded: set[str] = set()
+_scanned: list[bool] = []
 
 
 def load_plugins(path: str | None = None) -> list[LoadFailure]:
     """Load every plugin not loaded yet; return the failures of this call (also logged)."""
     failures: list[LoadFailure] = []
-    for ep in _entry_points():
+    for ep in _entry_points() if not _scanned else []:
         dist = ep.dist.name if ep.dist is not None else "?"
         origin = f"{dist} (entry point '{ep.name}' = {ep.value})"
         if origin in _loaded:
@@ -54,6 +55,7 @@ def load_plugins(path: str | None = None) -> list[LoadFailure]:
             failures.append(LoadFailure(origin, f"{type(exc).__name__}: {exc}"))
         finally:
             registry._origin.pop()
+    _scanned.append(True)  # installed distributions do not change while the process runs
     where = path or os.environ.get(PATH_ENV)
     if where:
         for file in _plugin_files(Path(where).expanduser(), failures):

@@ -4,15 +4,13 @@ the Postgres table ends exactly as if nothing had happened, and offsets reach th
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import kill_at_line
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[3]
@@ -40,21 +38,8 @@ sinks:
     env = {**pg_environ, "STREAMLING_CACHE_DIR": str(ROOT / ".cache"),
            "STREAMLING__APPLICATION_ID": unique_name, "STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Postgres",
            "STREAMLING__STATE_DIR": str(tmp_path / "state")}
-    proc = subprocess.Popen(_cmd(pipeline), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    seen: list[str] = []
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line and proc.poll() is not None:
-            break
-        seen.append(line)
-        if "epoch 3 flushed" in line:  # sinks wrote epoch 3; Spark may not have committed it yet
-            break
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert any("epoch 3 flushed" in line for line in seen), "".join(seen[-40:])
+    # sinks wrote epoch 3; Spark may not have committed it yet
+    kill_at_line(_cmd(pipeline), tmp_path, env, "epoch 3 flushed")
     partial = pg.execute(f'SELECT count(*) FROM "{schema}".accounts').fetchone()[0]
     assert 0 < partial < ROWS // 3
 
