@@ -128,3 +128,15 @@ def test_plugin_nodes_preview_and_debug_in_a_notebook_like_built_ins(spark: Any,
     assert result.before is not None and result.before.num_rows == 500
     assert result.after.num_rows == 0  # every generated row is an insert
     assert result.changes()["rows_removed"] == 500
+
+
+def test_a_side_output_sees_every_source_batch_before_the_epoch_commits(runner: Runner, tmp_path: Path) -> None:
+    counts = tmp_path / "counts.jsonl"
+    run = runner.run(_pipeline(tmp_path, rows=1000),
+                     plugin={"side_output_ids": ["basic_plugin.row_counter"],
+                             "side_output_options": {"basic_plugin.row_counter": {"path": str(counts)}}})
+    assert run.runners[0].failure is None
+    seen = [json.loads(line) for line in counts.read_text().splitlines()]
+    assert {s["source"] for s in seen} == {"counter"}
+    assert sum(s["rows"] for s in seen) == 1000  # each epoch's source rows, once
+    assert sorted(r["id"] for r in _written(tmp_path)) == list(range(1, 1000, 2))
