@@ -267,6 +267,8 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
                           durations_ms={k: round(float(v), 1) for k, v in event.durations_ms.items()})
             for sink, rows in event.rows.items():
                 self._node_rows(sink).record((event.flow, event.epoch), event.at, int(rows), 1)
+            for node, rows in event.node_rows.items():  # counted in the sinks' own jobs: exact
+                self._node_rows(node).record((event.flow, event.epoch), event.at, int(rows), 2)
             if self._error and self._error["retriable"] and self._error["flow"] == event.flow:
                 self._error["resolved"] = True  # the retry succeeded: the epoch got through
         elif isinstance(event, ev.EpochFinalized):

@@ -367,7 +367,6 @@ class NotebookPipeline:
         settings = self.settings(**overrides)
         bus = ev.EventBus()
         bus.sample_rows = sample_rows
-        bus.count_rows = monitor is not None
         self._samples = _Samples()
         bus.subscribe(self._samples)
         if monitor is not None:

@@ -41,6 +41,10 @@ class EpochFlushed(Event):
     epoch: int
     rows: dict[str, int]  # per sink
     durations_ms: dict[str, float]  # per sink, plus "transforms" and "total"
+    #: output rows of every source and transform, counted in the sinks' own jobs (no extra job)
+    node_rows: dict[str, int] = field(default_factory=dict)
+    #: the largest event time (epoch ms) of each node with ``telemetry.event_time``
+    event_time_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -95,10 +99,23 @@ class EventBus:
     def __init__(self) -> None:
         self._subscribers: list[Subscriber] = []
         self._lock = threading.Lock()
-        #: rows kept per node per epoch when > 0 (the notebook turns this on).
+        #: rows kept per node per epoch when > 0 (the notebook and live inspect turn this on); one
+        #: small ``limit`` job per node per sampled epoch.
         self.sample_rows = 0
-        #: also count every node's rows per epoch (one more Spark job per node; notebook monitor only).
-        self.count_rows = False
+        #: at most one sampled epoch per flow every this many seconds (0: every epoch).
+        self.sample_every_secs = 0.0
+        self._sampled_at: dict[str, float] = {}
+
+    def wants_sample(self, flow: str) -> bool:
+        """Whether this epoch of ``flow`` is sampled (sampling on, and its interval passed)."""
+        if self.sample_rows <= 0:
+            return False
+        now = time.monotonic()
+        last = self._sampled_at.get(flow)
+        if last is not None and now - last < self.sample_every_secs:
+            return False
+        self._sampled_at[flow] = now
+        return True
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         with self._lock:

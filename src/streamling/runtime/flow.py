@@ -22,6 +22,7 @@ from streamling.errors import StreamlingError, chain_text, java_message, node_fa
 from streamling.runtime import events as ev
 from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import Epoch, Sink, Source, Transform
+from streamling.runtime.observe import EVENT_TIME_MAX, ROWS, EpochObservations
 from streamling.runtime.planner import Flow, Plan
 from streamling.runtime.retry import STOPPED, call_with_retry
 from streamling.runtime.side_outputs import SideOutputs
@@ -54,25 +55,40 @@ logging.getLogger("py4j.clientserver").addFilter(_not_a_stop)
 
 
 def evaluate(plan: Plan, flow: Flow, spark: SparkSession, raw: dict[str, DataFrame], epoch: Epoch | None,
-             upto: str | None = None) -> dict[str, DataFrame]:
+             upto: str | None = None, watch: EpochObservations | None = None) -> dict[str, DataFrame]:
     """Decode each source's raw rows and apply the flow's transforms in dependency order.
 
     The one place an epoch's DAG is evaluated: the flow's ``foreachBatch`` calls it on the
     micro-batch, and notebook previews and transform debugging call it on captured batches, so
-    what a user debugs is exactly what runs. ``upto`` stops after that node.
+    what a user debugs is exactly what runs. ``upto`` stops after that node. With ``watch``, every
+    node's output is observed (rows, event time) in the same pass as the sinks' writes.
     """
     frames: dict[str, DataFrame] = {}
     for source in plan.sources(flow):
-        frames[source.name] = source.spread(source.decode(raw[source.name], epoch))
+        frame = source.spread(source.decode(raw[source.name], epoch))
+        frames[source.name] = _watched(watch, source, frame)
         if source.name == upto:
             return frames
     for spec in flow.transforms:
         node = plan.nodes[spec.name]
         assert isinstance(node, Transform)
-        frames[spec.name] = node.apply(spark, {u: node.spread(frames[u]) for u in spec.upstream}, epoch)
+        frame = node.apply(spark, {u: node.spread(frames[u]) for u in spec.upstream}, epoch)
+        frames[spec.name] = _watched(watch, node, frame)
         if spec.name == upto:
             break
     return frames
+
+
+def _watched(watch: EpochObservations | None, node: Source | Transform, frame: DataFrame) -> DataFrame:
+    if watch is None:
+        return frame
+    extra = {}
+    event_time = node.options.telemetry.event_time if node.options.telemetry else None
+    if event_time is not None and event_time.column in frame.columns:
+        from pyspark.sql import functions as F
+
+        extra[EVENT_TIME_MAX] = F.max(F.col(f"`{event_time.column}`"))
+    return watch.watch(node.name, frame, extra)
 
 
 class FlowRunner:
@@ -402,12 +418,15 @@ class FlowRunner:
             # Transforms that reach out (a Postgres dynamic table) only classify their failures; the
             # flow retries the evaluation with the same policy as sink writes (it is idempotent).
             raw = self._raw
-            frames = call_with_retry(lambda: evaluate(self.plan, self.flow, spark, raw, epoch),
-                                     self.settings.retry, f"flow '{self.flow.name}' epoch {batch_id} transforms",
+            watch: list[EpochObservations] = []
+
+            def dag() -> dict[str, DataFrame]:
+                watch[:] = [EpochObservations()]  # a retried evaluation observes afresh
+                return evaluate(self.plan, self.flow, spark, raw, epoch, watch=watch[0])
+
+            frames = call_with_retry(dag, self.settings.retry, f"flow '{self.flow.name}' epoch {batch_id} transforms",
                                      on_retry)
             durations["transforms"] = (time.perf_counter() - started) * 1000
-            if self.bus.sample_rows > 0:
-                self._sample(epoch, frames)
             if self.side_outputs:
                 call_with_retry(lambda: self.side_outputs.run({s.name: frames[s.name] for s in self.sources}),
                                 self.settings.retry, f"flow '{self.flow.name}' epoch {batch_id} side outputs",
@@ -421,6 +440,10 @@ class FlowRunner:
                 t0 = time.perf_counter()
                 rows[sink.name] = self._write(sink, sink.spread(df), epoch, on_retry)
                 durations[sink.name] = (time.perf_counter() - t0) * 1000
+            observed = watch[0].results() if watch else {}
+            # After the sinks: their jobs filled the observations; a sample's limited job must not.
+            if self.bus.wants_sample(self.flow.name):
+                self._sample(epoch, frames, observed)
         finally:
             if cached[0]:
                 batch.unpersist()
@@ -430,7 +453,9 @@ class FlowRunner:
         durations["total"] = (time.perf_counter() - started) * 1000
         self.last_epoch = batch_id
         self.rows_to_sinks += max(rows.values(), default=0)
-        self.bus.publish(ev.EpochFlushed(self.flow.name, epoch=batch_id, rows=rows, durations_ms=durations))
+        self.bus.publish(ev.EpochFlushed(self.flow.name, epoch=batch_id, rows=rows, durations_ms=durations,
+                                         node_rows={n: int(v[ROWS]) for n, v in observed.items()},
+                                         event_time_ms=self._event_times(observed)))
         limit = self.settings.num_records_before_stop
         if limit is not None and self.rows_to_sinks >= limit:
             self.request_stop(f"num_records_before_stop={limit} reached")
@@ -488,20 +513,35 @@ class FlowRunner:
             raise sink.ctx.error(f"writing epoch {epoch.epoch_id} failed: {java_message(exc)}",
                                  user=False, code="sink_failed") from exc
 
-    def _sample(self, epoch: Epoch, frames: dict[str, DataFrame]) -> None:
+    def _event_times(self, observed: dict[str, dict[str, Any]]) -> dict[str, float]:
+        """The largest event time of each node with ``telemetry.event_time``, in epoch milliseconds."""
+        out: dict[str, float] = {}
+        for name, values in observed.items():
+            node = self.plan.nodes.get(name)
+            value = values.get(EVENT_TIME_MAX)
+            event_time = node.options.telemetry.event_time if node and node.options.telemetry else None
+            if value is None or event_time is None:
+                continue
+            if hasattr(value, "timestamp"):  # a timestamp column
+                out[name] = value.timestamp() * 1000
+            else:
+                scale = {"seconds": 1000.0, "milliseconds": 1.0, "microseconds": 0.001}[event_time.unit]
+                out[name] = float(value) * scale
+        return out
+
+    def _sample(self, epoch: Epoch, frames: dict[str, DataFrame], observed: dict[str, dict[str, Any]]) -> None:
+        """A few rows of every node (notebook monitor, live inspect); counts come from the observations."""
         n = self.bus.sample_rows
-        source_names = {s.name for s in self.sources}
         for name, df in frames.items():
             try:
                 table = df.limit(n).toArrow()
-                # Sources need no extra job: Spark reports their input rows when the epoch commits.
-                count = df.count() if self.bus.count_rows and name not in source_names else None
             except Exception:  # noqa: BLE001 - sampling is best effort, never fails the epoch
                 log.debug("sampling %s failed", name, exc_info=True)
                 continue
+            count = observed.get(name, {}).get(ROWS)
             self.bus.publish(ev.RowsSampled(self.flow.name, epoch=epoch.epoch_id, node=name,
-                                            columns=table.column_names, rows=table.to_pylist(), count=count,
-                                            table=table))
+                                            columns=table.column_names, rows=table.to_pylist(),
+                                            count=None if count is None else int(count), table=table))
 
     # --- finalization and stop --------------------------------------------------------------------
 
