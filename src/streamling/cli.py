@@ -23,6 +23,7 @@ from streamling import __version__
 from streamling.config import Settings, load_settings
 from streamling.errors import StreamlingError, ValidationError
 from streamling.runtime import events as ev
+from streamling.telemetry.stats import RunStats
 
 log = logging.getLogger("streamling")
 #: a stop request interrupted an epoch (sink retries, or the shutdown budget ran out): not committed
@@ -89,25 +90,24 @@ def _parser() -> argparse.ArgumentParser:
 class _Progress:
     """A live one-line status on a terminal; plain log lines otherwise."""
 
-    def __init__(self, tty: bool) -> None:
+    def __init__(self, tty: bool, stats: RunStats) -> None:
         self.tty = tty
-        self.rows = 0
+        self.stats = stats  # the numbers the metrics and the admin API show
         self.epochs = 0
         self.started = time.monotonic()
 
     def __call__(self, event: ev.Event) -> None:
         if isinstance(event, ev.EpochFlushed):
-            rows = max(event.rows.values(), default=0)
-            self.rows += rows
             if not self.tty:
                 log.info("flow %s: epoch %d flushed %s in %.0f ms", event.flow, event.epoch,
                          json.dumps(event.rows), event.durations_ms.get("total", 0.0))
         elif isinstance(event, ev.EpochFinalized):
             self.epochs += 1
             if self.tty:
-                rate = self.rows / max(time.monotonic() - self.started, 1e-6)
+                rows = self.stats.rows_to_sinks()
+                rate = rows / max(time.monotonic() - self.started, 1e-6)
                 sys.stderr.write(f"\r\x1b[2Kflow {event.flow}: epoch {event.epoch} finalized · "
-                                 f"{self.rows:,} rows to sinks · {rate:,.0f} rows/s")
+                                 f"{rows:,} rows to sinks · {rate:,.0f} rows/s")
                 sys.stderr.flush()
             else:
                 log.info("flow %s: epoch %d finalized (%d input rows)", event.flow, event.epoch, event.input_rows)
@@ -184,16 +184,21 @@ def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None)
     epoch was not committed and is replayed on the next start.
     """
     from streamling.runtime.pipeline import PipelineRun
+    from streamling.runtime.planner import build_plan
     from streamling.runtime.retry import STOPPED
     from streamling.runtime.session import build_session
+    from streamling.telemetry.attach import attach
 
     log.info("starting pipeline %s (application_id=%s, config=%s)", spec.source, settings.application_id,
              json.dumps(settings.masked().get("postgres_sink", {})))
-    spark = build_session(settings)
+    plan = build_plan(spec, settings)
+    # A job that keeps running gets Spark's UI (its Structured Streaming tab); a bounded one ends first.
+    spark = build_session(settings, ui=not plan.bounded)
     bus = ev.EventBus()
-    progress = _Progress(tty=sys.stderr.isatty())
+    telemetry = attach(plan, settings, bus)
+    progress = _Progress(tty=sys.stderr.isatty(), stats=telemetry.stats)
     bus.subscribe(progress)
-    pipeline = PipelineRun(spec, settings, spark, bus)
+    pipeline = PipelineRun(spec, settings, spark, bus, plan=plan)
 
     budget = float(settings.shutdown_budget_secs)
     ended = threading.Event()
@@ -240,6 +245,7 @@ def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None)
         if timer is not None:
             timer.cancel()
         progress.finish()
+        telemetry.close()
     log.info("pipeline finished: %s", json.dumps(pipeline.status()))
     return 0
 

@@ -38,24 +38,23 @@ def test_node_keys_without_effect_are_named_with_the_reason(tmp_path: Path, capl
     assert any(w.startswith("print sink 'out': 'batch_flush_interval' has no effect here: on Spark a node "
                             "handles a whole epoch at once") for w in warnings)
     assert any(w.startswith("delta sink 'lake': 'batch_size' has no effect here") for w in warnings)
-    assert any(w.startswith("sql transform 'big': 'telemetry.event_time' has no effect here") for w in warnings)
-    assert any(w.startswith("sql transform 'big': 'telemetry.labels' has no effect here") for w in warnings)
+    assert not any("telemetry" in w for w in warnings)  # labels and event time are exported as metrics
     assert any(w.startswith("delta sink 'lake': 'parallelism' has no effect here: a keyed delta sink writes with "
                             "MERGE") for w in warnings)  # keyed through its input; append-only delta honours it
     # honoured: sources and transforms are spread over that many Spark partitions
     assert not any("'parallelism'" in w and ("orders" in w or "'big'" in w) for w in warnings)
-    assert len(warnings) == 6
+    assert len(warnings) == 4
 
 
 def test_config_keys_without_effect_are_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
-    (tmp_path / "config.yaml").write_text("admin_api_port: 3001\nopen_telemetry_metrics: {batch_interval_secs: 5}\n"
+    (tmp_path / "config.yaml").write_text("internal_buffer_size: 20\nplugin: {channel_capacity: 10}\n"
                                           "drain_policy: fast\nrecord_batch_interval_ms: 50\n")
     settings = load_settings(environ={}, cwd=tmp_path)
     build_plan(parse_pipeline("sources: {s: {type: generate, rows: 1}}\nsinks: {o: {type: blackhole, from: s}}"),
                settings, dry_run=True)
     warnings = _warnings(caplog)
-    for key in ("admin_api_port", "open_telemetry_metrics", "drain_policy", "record_batch_interval_ms"):
+    for key in ("internal_buffer_size", "plugin.channel_capacity", "drain_policy", "record_batch_interval_ms"):
         assert any(w.startswith(f"config key '{key}' has no effect here: ") for w in warnings), key
     assert len(warnings) == 4
 

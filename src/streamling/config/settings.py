@@ -260,6 +260,47 @@ class ClickHouseSourceSettings(ClickHouseConnection):
     sort_key_range: int = Field(default=1_000_000, ge=1, validation_alias=AliasChoices("sort_key_range", "block_range"))
 
 
+class OpenTelemetrySettings(BaseModel):
+    """Streamling's ``open_telemetry_metrics``: where metrics go over OTLP. ``ingestion_endpoint: none``
+    with no ``OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT`` set exports nothing over OTLP; the admin API's
+    ``/metrics`` serves the same metrics for a Prometheus scrape either way."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ingestion_endpoint: str = "none"
+    endpoint_protocol: Literal["http/protobuf", "http/json", "grpc"] | None = None
+    batch_interval_secs: float = Field(default=15, gt=0)
+    #: ``k:v,k2:v2``: tags on every series
+    global_tags: str = ""
+    metric_deny_list: list[str] = Field(default_factory=lambda: ["kafka_consumer.msg_decode_latency",
+                                                                   "kafka_producer.msg_encode_latency"])
+
+    @field_validator("metric_deny_list", mode="before")
+    @classmethod
+    def _csv(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @field_validator("global_tags")
+    @classmethod
+    def _tags(cls, value: str) -> str:
+        for pair in filter(None, (p.strip() for p in value.split(","))):
+            if ":" not in pair or not pair.split(":", 1)[0].strip():
+                raise ValueError(f"global_tags: '{pair}' is not 'key:value' (write 'k:v,k2:v2')")
+        return value
+
+    def tags(self) -> dict[str, str]:
+        return {k.strip(): v.strip() for k, v in (p.split(":", 1) for p in self.global_tags.split(",") if ":" in p)}
+
+
+class LiveDataInspectSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    records_per_topology_node: int = Field(default=15, ge=1, le=1000)
+    refresh_in_secs: float = Field(default=30, gt=0)
+
+
 class PluginSettings(BaseModel):
     """Streamling's ``plugin`` section. Other keys under it are per-plugin option overrides
     (``STREAMLING__PLUGIN__<PLUGIN_ID>__<KEY>``, the id upper-cased with ``.`` as ``_``), which the
@@ -346,10 +387,13 @@ class Settings(BaseModel):
     http_secret_value: dict[str, str] = Field(default_factory=dict)
     # Streamling keys for what this build does not run (yet): accepted, reported when set.
     internal_buffer_size: int = Field(default=10, ge=1)
-    admin_api_port: int = 3000
+    #: the admin API (health, topology, epochs, sampled rows, Prometheus ``/metrics``) of a CLI run;
+    #: 0 turns it off. streamling binds it to ``admin_api_host`` (loopback unless set).
+    admin_api_port: int = Field(default=3000, ge=0, le=65535)
+    admin_api_host: str = "127.0.0.1"
     live_data_inspect_enabled: bool = False
-    live_data_inspect: dict[str, Any] = Field(default_factory=dict)
-    open_telemetry_metrics: dict[str, Any] = Field(default_factory=dict)
+    live_data_inspect: LiveDataInspectSettings = Field(default_factory=LiveDataInspectSettings)
+    open_telemetry_metrics: OpenTelemetrySettings = Field(default_factory=OpenTelemetrySettings)
     plugin: PluginSettings = Field(default_factory=PluginSettings)
     plugin_drain_budget_secs: float = 60
     backpressure_event_threshold_ms: int = 100
@@ -422,16 +466,11 @@ class Settings(BaseModel):
         return dump
 
 
-_LATER = "is not available in this build yet; the section is accepted so a Streamling config loads, and ignored"
 #: Keys that keep Streamling's name but cannot act on Spark, with what to use instead.
 _INEFFECTIVE: dict[str, str] = {
     "record_batch_interval_ms": "on Spark rows move in epochs: an epoch starts every checkpoint_interval_sec, and "
                                 "its Arrow batches are cut by record_batch_size, not by a timer",
     "internal_buffer_size": "Spark has no channel between operators to size; an epoch is processed as one Spark job",
-    "admin_api_port": "the admin API is not served by this build; the Spark UI shows the streaming queries",
-    "live_data_inspect_enabled": "live inspect is not served by this build; notebooks show live samples per node",
-    "live_data_inspect": "live inspect is not served by this build; notebooks show live samples per node",
-    "open_telemetry_metrics": f"OpenTelemetry export {_LATER}",
     "plugin.channel_capacity": "plugins exchange whole Arrow batches with Spark's operators; there is no channel "
                                "between them to size",
     "plugin_drain_budget_secs": "a plugin's epoch in flight is bounded by shutdown_budget_secs like every node's",

@@ -27,9 +27,9 @@ def kafka_warnings(spec: PipelineSpec, settings: Settings) -> list[str]:
         src = settings.kafka_source
         default_lag = KafkaSourceSettings.model_fields["lag_report_interval_ms"].default
         if src.lag_report_interval_ms != default_lag:
-            out.append("kafka_source.lag_report_interval_ms has no effect on Spark: no lag metric is reported "
-                       "here; lag shows in standard Kafka tooling through the offsets committed to the consumer "
-                       "group after each epoch")
+            out.append("kafka_source.lag_report_interval_ms has no effect on Spark: the lag metric "
+                       "(streamling_kafka_consumer_messages_lag) is computed from every epoch's progress, where "
+                       "Spark already holds each partition's latest offset, so there is no interval to set")
         if src.consumer_fetch_timeout_sec is not None:
             out.append("kafka_source.consumer_fetch_timeout_sec has no effect on Spark: there is no consumer "
                        "waiting for a partition assignment; Spark assigns the topic's partitions itself")

@@ -45,6 +45,8 @@ class EpochFlushed(Event):
     node_rows: dict[str, int] = field(default_factory=dict)
     #: the largest event time (epoch ms) of each node with ``telemetry.event_time``
     event_time_ms: dict[str, float] = field(default_factory=dict)
+    #: node → expectation → ``{"passed": n, "failed": n, "action": warn|drop|fail}``
+    expectations: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class EpochFinalized(Event):
     durations_ms: dict[str, float]
     input_rows_per_second: float = 0.0
     processed_rows_per_second: float = 0.0
+    #: per Kafka source, messages each ``topic/partition`` is behind the latest offset Spark saw
+    lag: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamling.errors import StreamlingError, chain_text, java_message, node_failure_from_text
 from streamling.runtime import events as ev
+from streamling.runtime import expectations
 from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import Epoch, Sink, Source, Transform
 from streamling.runtime.observe import EVENT_TIME_MAX, ROWS, EpochObservations
@@ -73,7 +74,7 @@ def evaluate(plan: Plan, flow: Flow, spark: SparkSession, raw: dict[str, DataFra
         node = plan.nodes[spec.name]
         assert isinstance(node, Transform)
         frame = node.apply(spark, {u: node.spread(frames[u]) for u in spec.upstream}, epoch)
-        frames[spec.name] = _watched(watch, node, frame)
+        frames[spec.name] = _watched(watch, node, expectations.guard(node, frame, watch))
         if spec.name == upto:
             break
     return frames
@@ -89,6 +90,31 @@ def _watched(watch: EpochObservations | None, node: Source | Transform, frame: D
 
         extra[EVENT_TIME_MAX] = F.max(F.col(f"`{event_time.column}`"))
     return watch.watch(node.name, frame, extra)
+
+
+def _json(value: Any) -> Any:
+    try:
+        return json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
+def partition_lag(end: Any, latest: Any) -> dict[str, int] | None:
+    """Messages each partition is behind (``topic/partition`` → latest − end), from the offsets
+    Spark's Kafka source reports with every epoch (``{"topic": {"0": 42}}``); None for sources
+    whose offsets are not per-partition positions."""
+    if not (isinstance(end, dict) and isinstance(latest, dict)):
+        return None
+    out: dict[str, int] = {}
+    for topic, partitions in latest.items():
+        done = end.get(topic)
+        if not (isinstance(partitions, dict) and isinstance(done, dict)):
+            return None
+        for partition, position in partitions.items():
+            if not (isinstance(position, int) and isinstance(done.get(partition), int)):
+                return None
+            out[f"{topic}/{partition}"] = max(0, position - done[partition])
+    return out
 
 
 class FlowRunner:
@@ -437,6 +463,7 @@ class FlowRunner:
                 df = inputs[0]
                 for other in inputs[1:]:
                     df = df.unionByName(other, allowMissingColumns=True)
+                df = expectations.guard(sink, df, watch[0] if watch else None)
                 t0 = time.perf_counter()
                 rows[sink.name] = self._write(sink, sink.spread(df), epoch, on_retry)
                 durations[sink.name] = (time.perf_counter() - t0) * 1000
@@ -454,8 +481,10 @@ class FlowRunner:
         self.last_epoch = batch_id
         self.rows_to_sinks += max(rows.values(), default=0)
         self.bus.publish(ev.EpochFlushed(self.flow.name, epoch=batch_id, rows=rows, durations_ms=durations,
-                                         node_rows={n: int(v[ROWS]) for n, v in observed.items()},
-                                         event_time_ms=self._event_times(observed)))
+                                         node_rows={n: int(v[ROWS]) for n, v in observed.items()
+                                                    if n in self.plan.nodes},
+                                         event_time_ms=self._event_times(observed),
+                                         expectations=self._expectations(observed)))
         limit = self.settings.num_records_before_stop
         if limit is not None and self.rows_to_sinks >= limit:
             self.request_stop(f"num_records_before_stop={limit} reached")
@@ -510,8 +539,19 @@ class FlowRunner:
         except StreamlingError:
             raise
         except Exception as exc:
+            named = node_failure_from_text(chain_text(exc))  # an executor-side node said what failed
+            if named is not None:
+                raise named from exc
             raise sink.ctx.error(f"writing epoch {epoch.epoch_id} failed: {java_message(exc)}",
                                  user=False, code="sink_failed") from exc
+
+    def _expectations(self, observed: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+        out = {}
+        for spec in [*self.flow.transforms, *self.flow.sinks]:
+            found = expectations.results(self.plan.nodes[spec.name], observed)
+            if found:
+                out[spec.name] = found
+        return out
 
     def _event_times(self, observed: dict[str, dict[str, Any]]) -> dict[str, float]:
         """The largest event time of each node with ``telemetry.event_time``, in epoch milliseconds."""
@@ -550,13 +590,13 @@ class FlowRunner:
         batch_id = int(progress.get("batchId", -1))
         self.finalized_epoch = batch_id
         offsets: dict[str, Any] = {}
+        lag: dict[str, dict[str, int]] = {}
         for source, info in zip(self.sources, progress.get("sources") or [], strict=False):
-            end = info.get("endOffset")
-            try:
-                end = json.loads(end) if isinstance(end, str) else end
-            except ValueError:
-                pass
+            end = _json(info.get("endOffset"))
             offsets[source.name] = end
+            behind = partition_lag(end, _json(info.get("latestOffset")))
+            if behind is not None:
+                lag[source.name] = behind
             if self.state is not None and end is not None and self._offsets.get(source.name) != end:
                 now_ms = int(time.time() * 1000)
                 entries = {key: {**data, "epoch": batch_id, "updated_at": now_ms}
@@ -580,7 +620,7 @@ class FlowRunner:
             input_rows=self._input_rows(batch_id, progress),
             durations_ms={k: float(v) for k, v in (progress.get("durationMs") or {}).items()},
             input_rows_per_second=float(progress.get("inputRowsPerSecond") or 0.0),
-            processed_rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0)))
+            processed_rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0), lag=lag))
 
     def _input_rows(self, batch_id: int, progress: dict[str, Any]) -> int:
         """The epoch's input: Spark's count, unless the epoch was retried (then counted by the flow)."""

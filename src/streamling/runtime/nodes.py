@@ -82,7 +82,6 @@ class NodeContext:
 
 _PER_EPOCH = ("on Spark a node handles a whole epoch at once; epochs start every checkpoint_interval_sec, "
               "so set that (or kafka_source.max_offsets_per_epoch) to size them")
-_NO_METRICS = "this build exports no metrics yet, so telemetry settings are validated but not emitted"
 
 
 class Node(ABC, Generic[OptionsT]):  # noqa: B024 - shared base; each kind declares its abstract method
@@ -112,11 +111,6 @@ class Node(ABC, Generic[OptionsT]):  # noqa: B024 - shared base; each kind decla
         for key in ("parallelism", "batch_size", "batch_flush_interval"):
             if getattr(self.options, key) is not None and key not in self.honoured_keys:
                 out[key] = self.common_key_reason(key)
-        telemetry = self.options.telemetry
-        if telemetry is not None and telemetry.event_time is not None:
-            out["telemetry.event_time"] = f"{_NO_METRICS} (the event-time watermark and lag are metrics)"
-        if telemetry is not None and telemetry.labels:
-            out["telemetry.labels"] = _NO_METRICS
         return out
 
     def common_key_reason(self, key: str) -> str:

@@ -62,12 +62,13 @@ class PipelineRun:
     """A running (or finished) pipeline. ``run()`` blocks; ``start()`` + ``wait()`` do not."""
 
     def __init__(self, spec: PipelineSpec, settings: Settings, spark: SparkSession,
-                 bus: ev.EventBus | None = None) -> None:
+                 bus: ev.EventBus | None = None, plan: Plan | None = None) -> None:
         self.spec = spec
         self.settings = settings
         self.spark = spark
         self.bus = bus or ev.EventBus()
-        self.plan: Plan = build_plan(spec, settings)
+        #: ``plan``: one already built from ``spec`` and ``settings`` (the CLI plans before its session)
+        self.plan: Plan = plan if plan is not None else build_plan(spec, settings)
         self.runners: list[FlowRunner] = []
         self._by_query: dict[str, FlowRunner] = {}
         self._listener: _ProgressListener | None = None

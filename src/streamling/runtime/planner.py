@@ -57,6 +57,12 @@ class Plan:
     def sinks(self, flow: Flow) -> list[Sink]:
         return [self.nodes[s.name] for s in flow.sinks]  # type: ignore[misc]
 
+    @property
+    def bounded(self) -> bool:
+        """Every flow ends by itself (all its sources are bounded): a job, not a service."""
+        return all(isinstance(n := self.nodes.get(s.name), Source) and n.bounded
+                   for f in self.flows for s in f.sources)
+
     def describe(self) -> dict[str, Any]:
         """A JSON-able picture of the plan (for --dry-run, notebooks and tests)."""
         return {

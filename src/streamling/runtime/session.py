@@ -85,8 +85,12 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def build_session(settings: Settings, app_name: str = "streamling") -> SparkSession:
-    """Create (or reuse) the process's SparkSession configured for streamling."""
+def build_session(settings: Settings, app_name: str = "streamling", ui: bool = False) -> SparkSession:
+    """Create (or reuse) the process's SparkSession configured for streamling.
+
+    ``ui`` turns Spark's web UI on (its Structured Streaming tab shows every query's progress) on
+    the first free port from 4040, for long-running jobs; ``spark.conf`` can still set
+    ``spark.ui.enabled`` either way."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -116,7 +120,7 @@ def build_session(settings: Settings, app_name: str = "streamling") -> SparkSess
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
         .config("spark.databricks.delta.snapshotPartitions", str(settings.spark.shuffle_partitions))
-        .config("spark.ui.enabled", "false")
+        .config("spark.ui.enabled", "true" if ui else "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
@@ -135,6 +139,8 @@ def build_session(settings: Settings, app_name: str = "streamling") -> SparkSess
         builder = builder.config(key, value)
     spark = launch_with_filtered_stderr(builder.getOrCreate)
     spark.sparkContext.setLogLevel("ERROR")
+    if spark.sparkContext.uiWebUrl:
+        log.info("Spark UI (Structured Streaming tab) on %s", spark.sparkContext.uiWebUrl)
     _apply_runtime_settings(spark, settings)
     return spark
 

@@ -74,10 +74,41 @@ class NodeOptions(BaseModel):
         return parse_key(self.primary_key)
 
 
+class Expectation(BaseModel):
+    """A data-quality rule on a transform's output or a sink's input (Lakeflow's expectations): a
+    row passes when ``condition`` (a SQL boolean, Streamling's dialect) is true; false or NULL
+    violates it. ``warn`` writes the row and counts it, ``drop`` drops it before the write and
+    counts it, ``fail`` stops the flow before the epoch commits, naming the rule and one row."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    condition: str = Field(min_length=1)
+    on_violation: Literal["warn", "drop", "fail"] = "warn"
+
+
 class FromNodeOptions(NodeOptions):
     """Transforms and sinks read from one or more upstream nodes."""
 
     from_: list[str] | None = Field(default=None, alias="from")
+    expectations: list[Expectation] = Field(default_factory=list)
+
+    @field_validator("expectations", mode="before")
+    @classmethod
+    def _expectations(cls, value: Any) -> Any:
+        """Also ``{name: condition}`` or ``{name: {condition, on_violation}}`` (Lakeflow's ``expect_all``)."""
+        if isinstance(value, dict):
+            return [{"name": k, **(v if isinstance(v, dict) else {"condition": v})} for k, v in value.items()]
+        return value
+
+    @field_validator("expectations")
+    @classmethod
+    def _unique(cls, value: list[Expectation]) -> list[Expectation]:
+        names = [e.name for e in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"expectation names must be unique on a node; used twice: {', '.join(twice)}")
+        return value
 
     @field_validator("from_", mode="before")
     @classmethod
@@ -352,7 +383,7 @@ class DynamicTableTransformOptions(FromNodeOptions):
 
     #: common node keys Streamling's dynamic_table does not take; rejected as unknown keys.
     not_accepted: ClassVar[frozenset[str]] = frozenset({"primary_key", "parallelism", "batch_size",
-                                                        "batch_flush_interval"})
+                                                        "batch_flush_interval", "expectations"})
 
     type: Literal["dynamic_table"] = "dynamic_table"
     backend_type: Literal["Postgres", "InMemory"]
@@ -528,7 +559,7 @@ class PostgresAggregateSinkOptions(FromNodeOptions):
 
 #: Keys of the node itself: never passed to a plugin as its options.
 NODE_KEYS = frozenset({"type", "description", "primary_key", "parallelism", "batch_size", "batch_flush_interval",
-                       "telemetry", "from"})
+                       "telemetry", "from", "expectations"})
 
 
 class PluginOptionsMixin(BaseModel):

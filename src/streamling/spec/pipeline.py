@@ -216,6 +216,16 @@ def _check_labels(col: _Collector, spec: NodeSpec) -> None:
             col.add(where, f"label '{key}' contains a control character", node=spec.name, node_kind=kind)
 
 
+def _check_expectations(col: _Collector, spec: NodeSpec) -> None:
+    """Each expectation's condition is a boolean expression over the row, in Streamling's SQL."""
+    if not isinstance(spec.options, FromNodeOptions):
+        return
+    for i, expectation in enumerate(spec.options.expectations):
+        for problem in expression_problems(expectation.condition):
+            col.add(f"{spec.path}.expectations[{i}].condition", f"expectation '{expectation.name}': {problem}",
+                    node=spec.name, node_kind=f"{spec.type} {spec.kind}")
+
+
 def build_pipeline(doc: LoadedDocument) -> PipelineSpec:
     """Validate a loaded document; raise ``ValidationError`` listing every problem found."""
     from streamling.plugins.discovery import load_plugins
@@ -283,6 +293,7 @@ def build_pipeline(doc: LoadedDocument) -> PipelineSpec:
                             line=doc.line(prefix + path))
             nodes[name] = spec
             _check_labels(col, spec)
+            _check_expectations(col, spec)
 
     _resolve_edges(col, nodes, declared, prefix)
     if not col.problems:

@@ -1,0 +1,1 @@
+"""Operating a run: metrics (OpenTelemetry), the numbers behind them, and the admin API."""
