@@ -25,6 +25,9 @@ class Runner:
         self.tmp_path = tmp_path
         self.environ = dict(environ or {})
         self.events: list[ev.Event] = []
+        #: attach the run's telemetry (stats, metrics, admin API when admin_api_port is set) as the CLI does
+        self.with_telemetry = False
+        self.telemetry: Any = None
 
     def settings(self, **overrides: Any) -> Settings:
         base: dict[str, Any] = {"state_dir": str(self.tmp_path / "state"), "application_id": "test_app",
@@ -36,7 +39,16 @@ class Runner:
         spec = parse_pipeline(textwrap.dedent(yaml_text))
         bus = ev.EventBus()
         bus.subscribe(self.events.append)
-        return PipelineRun(spec, self.settings(**overrides), self.spark, bus)
+        run = PipelineRun(spec, self.settings(**overrides), self.spark, bus)
+        if self.with_telemetry:
+            from streamling.telemetry.attach import attach
+
+            self.telemetry = attach(run.plan, run.settings, bus)
+        return run
+
+    def close_telemetry(self) -> None:
+        if self.telemetry is not None:
+            self.telemetry.close()
 
     def run(self, yaml_text: str, timeout_secs: float = 180, **overrides: Any) -> PipelineRun:
         """Run until every flow ends by itself (bounded sources) or ``timeout_secs``."""

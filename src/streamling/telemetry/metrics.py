@@ -128,8 +128,9 @@ class PipelineMetrics:
         if key in self._planned:
             self.marker_arrival.record((event.at - self._planned[key]) * 1000, coordinator)
         emitted = dict(event.node_rows)
-        for sink, rows in event.rows.items():
+        for sink, rows in event.rows.items():  # a sink's output is what it wrote
             self.input_rows.add(rows, self.tags(sink))
+            self.output_rows.add(rows, self.tags(sink))
             ms = event.durations_ms.get(sink)
             if ms is not None:
                 self.compute.record(ms, self.tags(sink))

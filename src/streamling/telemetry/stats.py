@@ -143,6 +143,8 @@ class RunStats:
             self.status, self.error = "running", None
         record.rows, record.durations_ms = dict(event.rows), dict(event.durations_ms)
         self.counters["acks_received"] += len(event.rows)
+        for sink in event.rows:
+            self._node(sink).kind = self._node(sink).kind or "sink"
         counted = {**event.node_rows, **event.rows}  # sinks: what they received
         for name, rows in counted.items():
             node = self._node(name)

@@ -1,0 +1,155 @@
+"""Operating a run: OTLP export to a real receiver, the Prometheus scrape and the admin API while the
+pipeline runs, expectations counted in the same pass, and the admin API during a retried failure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+from harness import Runner
+from otlp_receiver import Receiver, free_port, serve_http
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamling.plugins.discovery import load_plugins
+from streamling.runtime import events as ev
+
+SECRET = "hunter2-not-for-logs"
+PIPELINE = """
+sources:
+  orders:
+    type: generate
+    rows_per_second: 3000
+    primary_key: id
+    telemetry:
+      labels: {team: payments}
+      event_time: {column: created_at}
+transforms:
+  big:
+    type: sql
+    sql: SELECT id, customer, amount, quantity, created_at, _gs_op FROM orders
+    expectations:
+      - {name: big_amount, condition: amount > 100, on_violation: drop}
+      - {name: few_items, condition: quantity < 9, on_violation: warn}
+sinks:
+  out: {type: blackhole, from: big}
+"""
+
+
+def _scrape(port: int) -> dict[str, list[Any]]:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    out: dict[str, list[Any]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append(sample)
+    return out
+
+
+def test_metrics_reach_an_otlp_receiver_and_a_prometheus_scrape_with_the_admin_api_live(
+        runner: Runner, spark: Any) -> None:
+    receiver = Receiver()
+    server, endpoint = serve_http(receiver)
+    port = free_port()
+    runner.with_telemetry = True
+    answers: dict[str, Any] = {}
+
+    def enough(r: Runner) -> bool:
+        finalized = [e for e in r.of_type(ev.EpochFinalized) if e.input_rows]
+        if len(finalized) < 3:
+            return False
+        base = f"http://127.0.0.1:{port}"
+        answers.update({path: httpx.get(base + path, timeout=10) for path in
+                        ("/health/live", "/health/ready", "/topology", "/epochs?limit=5", "/inspect", "/config")})
+        answers["scrape"] = _scrape(port)
+        return True
+
+    try:
+        runner.run_until(PIPELINE, enough, checkpoint_interval_sec=0.5, admin_api_port=port,
+                         live_data_inspect_enabled=True, live_data_inspect={"refresh_in_secs": 0.5},
+                         open_telemetry_metrics={"ingestion_endpoint": endpoint, "batch_interval_secs": 60,
+                                                 "global_tags": "region:eu-1"},
+                         postgres_sink={"pass": SECRET})
+    finally:
+        runner.close_telemetry()  # the final export
+        server.shutdown()
+
+    flushed = {e.epoch: e for e in runner.of_type(ev.EpochFlushed)}
+    committed = [e for e in runner.of_type(ev.EpochFinalized) if e.epoch in flushed]
+    # OTLP: the SDK's exporter against a real receiver; values equal what the run reports
+    assert receiver.content_types and all(t == "application/x-protobuf" for t in receiver.content_types)
+    rows = {p.attributes["id"]: p for p in receiver.latest("streamling_output_rows")}
+    assert rows["out"].value == sum(e.rows["out"] for e in flushed.values())  # rows that reached the sink
+    assert rows["big"].value == sum(e.node_rows["big"] for e in flushed.values())
+    assert rows["orders"].value == sum(e.node_rows["orders"] for e in flushed.values()) > rows["big"].value
+    source = rows["orders"]
+    assert source.resource["service.name"] == "streamling"
+    assert source.resource["service.instance.id"] == "test_app"
+    assert {k: source.attributes[k] for k in ("id", "topology_node_type", "operator_type", "service_instance_id",
+                                              "team", "region")} == {
+        "id": "orders", "topology_node_type": "source", "operator_type": "generate",
+        "service_instance_id": "test_app", "team": "payments", "region": "eu-1"}
+    [succeeded] = receiver.latest("streamling_checkpoint_epochs_succeeded")
+    assert succeeded.value == len(committed) and succeeded.attributes["id"] == "checkpoint_coordinator"
+    checks = {(p.attributes["expectation"], p.attributes["result"]): p.value
+              for p in receiver.latest("streamling_expectation_rows")}
+    assert checks[("big_amount", "passed")] + checks[("big_amount", "failed")] == rows["orders"].value
+    assert checks[("big_amount", "passed")] == rows["big"].value  # dropped rows never reached the sink
+    assert checks[("few_items", "failed")] > 0
+    [watermark] = receiver.latest("streamling_event_time_watermark")
+    assert watermark.attributes["id"] == "orders" and watermark.value > 1.7e12
+
+    # the admin API answered while the pipeline ran, from the same numbers
+    assert answers["/health/live"].status_code == 200
+    assert answers["/health/ready"].json() == {"status": "running", "error": None}
+    topology = answers["/topology"].json()
+    assert topology["nodes"]["big"]["expectations"]["big_amount"]["action"] == "drop"
+    assert topology["nodes"]["orders"]["rows_per_second"] > 0
+    assert [e["state"] for e in answers["/epochs?limit=5"].json()["epochs"]][-1] in ("planned", "flushed",
+                                                                                     "finalized")
+    inspect = answers["/inspect"].json()
+    assert inspect["enabled"] and 0 < len(inspect["nodes"]["big"]["rows"]) <= 15
+    assert all(r["amount"] > 100 for r in inspect["nodes"]["big"]["rows"])
+    assert all(SECRET not in response.text for key, response in answers.items() if key != "scrape")
+    assert answers["/config"].json()["postgres_sink"]["pass"] == "***"
+    scrape = answers["scrape"]
+    assert any(s.labels["id"] == "out" and s.value > 0 for s in scrape["streamling_output_rows_total"])
+    assert scrape["streamling_checkpoint_epochs_succeeded_total"][0].value >= 3
+    assert "streamling_checkpoint_sink_flush_milliseconds_count" in scrape
+
+
+def test_the_admin_api_reports_a_flow_stuck_retrying_as_not_ready(runner: Runner, tmp_path: Path) -> None:
+    assert not load_plugins(str(Path(__file__).resolve().parents[2] / "fixtures" / "plugins"
+                                / "journal_plugins.py"))
+    port = free_port()
+    runner.with_telemetry = True
+    seen: dict[str, Any] = {}
+
+    def retrying(_: Runner) -> bool:
+        try:
+            ready = httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=5)
+        except httpx.HTTPError:
+            return False
+        if ready.status_code != 503:
+            return False
+        seen.update(ready=ready.json(), live=httpx.get(f"http://127.0.0.1:{port}/health/live", timeout=5))
+        return True
+
+    try:
+        runner.run_until(f"""
+            sources:
+              counter: {{type: journal.counter, dir: {tmp_path}, batch: 10}}
+            transforms:
+              doubled: {{type: journal.flaky, from: counter, dir: {tmp_path}, fail_times: 1000}}
+            sinks:
+              out: {{type: blackhole, from: doubled}}
+        """, retrying, timeout_secs=120, admin_api_port=port, checkpoint_interval_sec=0.5,
+            retry={"max_attempts": 1000, "initial_backoff_ms": 100, "max_backoff_ms": 200})
+    except Exception as exc:  # noqa: BLE001 - the stop interrupts the retry loop: that ends the run
+        assert "stop requested while retrying" in str(exc), exc
+    finally:
+        runner.close_telemetry()
+    assert seen["ready"]["status"] == "retrying"
+    assert "journal.flaky transform 'doubled'" in seen["ready"]["error"] and "upstream busy" in seen["ready"]["error"]
+    assert seen["live"].status_code == 200
+    assert json.loads(seen["live"].text)["status"] == "live"
