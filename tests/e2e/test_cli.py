@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from streamling.sources.generate import generate_batch
@@ -117,9 +118,12 @@ def test_sigterm_finishes_the_epoch_and_exits_zero(tmp_path: Path) -> None:
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text("sources:\n  s: {type: generate, rows_per_second: 2000, rows_per_batch: 1000}\n"
                         f"sinks:\n  lake: {{type: delta, from: s, path: \"{tmp_path / 'lake'}\"}}\n")
+    from otlp_receiver import free_port
+
+    admin = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "streamling.cli", str(pipeline)], cwd=tmp_path,
-                            env=_env(STREAMLING__CHECKPOINT_INTERVAL_SEC="0.5"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            env=_env(STREAMLING__CHECKPOINT_INTERVAL_SEC="0.5", STREAMLING__ADMIN_API_PORT=str(admin)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     deadline = time.monotonic() + 240
     seen = []
@@ -129,6 +133,10 @@ def test_sigterm_finishes_the_epoch_and_exits_zero(tmp_path: Path) -> None:
         if "finalized" in line:
             break
     assert any("finalized" in line for line in seen), "".join(seen[-30:])
+    # A long-running job: Spark's UI (with its Structured Streaming tab) and the admin API are up.
+    [ui] = [line.rsplit(" on ", 1)[1].strip() for line in seen if "Spark UI (Structured Streaming tab) on" in line]
+    assert httpx.get(f"{ui}/StreamingQuery/", timeout=10, follow_redirects=True).status_code == 200
+    assert httpx.get(f"http://127.0.0.1:{admin}/health/ready", timeout=10).json()["status"] == "running"
     proc.send_signal(signal.SIGTERM)
     rest = proc.communicate(timeout=120)[1]
     assert proc.returncode == 0, rest[-3000:]

@@ -320,3 +320,39 @@ def test_debezium_union_root_metadata_quoted_filter_and_json_sink(
             (1, "a@x.io", "c", 0, "1"), (3, None, "u", 0, "3")]  # the quoted literal filtered row 2 out
     finally:
         kafka_admin.delete_topics([out_topic])
+
+
+def test_consumer_lag_is_reported_per_partition_and_falls_to_zero(kafka_runner: Runner, produce: Producer) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for i in range(2000):
+        produce.raw(json.dumps({"id": i}).encode(), key=str(i), partition=i % 2)
+    produce.flush()
+    kafka_runner.with_telemetry = True
+
+    def caught_up(r: Runner) -> bool:
+        lags = [e.lag.get("events") for e in r.of_type(ev.EpochFinalized) if e.lag.get("events")]
+        return r.input_rows() >= 2000 and bool(lags) and not any(lags[-1].values())
+
+    try:
+        kafka_runner.run_until(f"""
+            sources:
+              events:
+                type: kafka
+                topic: {produce.topic}
+                data_format: json
+                starting_offsets: earliest
+                primary_key: id
+                schema: {{id: int64}}
+            sinks:
+              out: {{type: blackhole, from: events}}
+        """, caught_up, checkpoint_interval_sec=0.5, admin_api_port=0, kafka_source={"max_offsets_per_epoch": 400})
+        text = kafka_runner.telemetry.metrics.prometheus_text().decode()
+    finally:
+        kafka_runner.close_telemetry()
+    lags = [e.lag["events"] for e in kafka_runner.of_type(ev.EpochFinalized) if e.lag.get("events")]
+    assert sum(lags[0].values()) > 0  # 400 of 2,000 read in the first epoch: the rest is lag
+    assert set(lags[-1]) == {f"{produce.topic}/0", f"{produce.topic}/1"}
+    gauge = {(s.labels["topic"], s.labels["partition"]): s.value for f in text_string_to_metric_families(text)
+             for s in f.samples if s.name == "streamling_kafka_consumer_messages_lag"}
+    assert gauge == {(produce.topic, "0"): 0, (produce.topic, "1"): 0}
