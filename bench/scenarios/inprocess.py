@@ -60,7 +60,8 @@ def _summary(t0: float, flushed: list[dict[str, Any]], finalized: list[dict[str,
 
 
 def run_streamling(spark: SparkSession, yaml_text: str, workdir: Path, source_rows: int,
-                   phases: Sequence[str] = (), **settings_overrides: Any) -> dict[str, Any]:
+                   phases: Sequence[str] = (), telemetry: bool = False, sample_rows: int = 0,
+                   **settings_overrides: Any) -> dict[str, Any]:
     """Run one pipeline to its end with ``PipelineRun`` and time it from ``start()``.
 
     ``phases`` (``"module:Class.method"``) are timed during the run and reported under
@@ -88,6 +89,12 @@ def run_streamling(spark: SparkSession, yaml_text: str, workdir: Path, source_ro
     settings = bench_settings(workdir, f"bench_{workdir.name.replace('-', '_')}", **settings_overrides)
     spec = parse_pipeline(textwrap.dedent(yaml_text))
     run = PipelineRun(spec, settings, spark, bus)
+    bus.sample_rows = sample_rows  # the notebook monitor's sampling
+    attached = None
+    if telemetry:  # what a CLI run attaches: stats, metrics (Prometheus registry), admin API, live inspect
+        from streamling.telemetry.attach import attach
+
+        attached = attach(run.plan, settings, bus)
     with phase_timers(phases) as timings:
         t0 = time.perf_counter()
         run.start()
@@ -96,6 +103,8 @@ def run_streamling(spark: SparkSession, yaml_text: str, workdir: Path, source_ro
             run.wait(timeout_secs=1800)
         finally:
             run.stop("benchmark run finished")
+            if attached is not None:
+                attached.close()
         stopped = time.perf_counter()
     out = _summary(t0, flushed, finalized, stopped, source_rows)
     out["start_call_s"] = started - t0

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from IPython import get_ipython
 from IPython.testing.globalipapp import start_ipython
 
@@ -268,3 +269,20 @@ def test_plugin_nodes_are_defined_and_checked_in_cells_like_built_ins(ip: Any) -
         ip.run_cell_magic("streamling", "source rnd", "type: basic_plugin.random_source\nmax_rows: many\n")
     assert str(err.value).startswith("Node 'rnd': plugin 'basic_plugin.random_source': option 'max_rows': "
                                      "Input should be a valid integer")
+
+
+def test_expectations_in_cells(ip: Any) -> None:
+    ip.run_cell_magic("streamling", "source orders", "type: generate\nrows: 10\n")
+    ip.run_cell_magic("streamling", 'transform big --from orders --expect positive "amount > 0" --on-violation drop '
+                                    '--expect known "country IS NOT NULL"', "SELECT * FROM orders")
+    ip.run_cell_magic("streamling", "sink out --from big --expect has_id 'id IS NOT NULL' --on-violation fail",
+                      "type: blackhole\n")
+    assert "pipeline is valid" in str(ip.run_line_magic("streamling", "validate"))
+    exported = yaml.safe_load(str(ip.run_line_magic("streamling", "yaml")))
+    assert exported["transforms"]["big"]["expectations"] == [
+        {"name": "positive", "condition": "amount > 0", "on_violation": "drop"},
+        {"name": "known", "condition": "country IS NOT NULL"}]
+    assert exported["sinks"]["out"]["expectations"] == [
+        {"name": "has_id", "condition": "id IS NOT NULL", "on_violation": "fail"}]
+    with pytest.raises(PipelineError, match="expectation 'broken': does not parse"):
+        ip.run_cell_magic("streamling", "transform t --from orders --expect broken 'amount >'", "SELECT * FROM orders")

@@ -31,6 +31,8 @@ USAGE = """\
 %%streamling sink NAME --from A [--type T]          body: the node's YAML keys
 %%streamling pipeline                               body: a whole pipeline YAML
 (any cell: --option KEY=VALUE, VALUE read as YAML, repeatable; {{param}} / ${param} insert a parameter)
+(transform and sink cells: --expect NAME "SQL condition" [--on-violation warn|drop|fail], repeatable;
+ each --on-violation applies to the --expect before it)
 %streamling validate | show | yaml | status | stop | reset
 %streamling preview NODE [--rows N]
 %streamling run [--rows N | --seconds S] [--wait] [--sample N]
@@ -47,6 +49,24 @@ class PipelineError(Exception):
     (ename ``PipelineError``, no Python or Java traceback), so every runner — JupyterLab's "Run
     all", nbconvert, papermill, nbval, jobs — sees a failed cell.
     """
+
+
+class _Expect(argparse.Action):
+    """``--expect NAME CONDITION``: one expectation (``warn`` until an ``--on-violation`` follows)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        name, condition = values
+        namespace.expect = [*(namespace.expect or []), {"name": name, "condition": condition}]
+
+
+class _OnViolation(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if not namespace.expect:
+            raise StreamlingError("--on-violation applies to the --expect before it; there is none",
+                                  hint='--expect NAME "condition" --on-violation drop')
+        namespace.expect[-1]["on_violation"] = values
 
 
 class _Parser(argparse.ArgumentParser):
@@ -68,6 +88,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float)
     p.add_argument("--sample", type=int)
     p.add_argument("--wait", action="store_true")
+    p.add_argument("--expect", nargs=2, action=_Expect, default=[], metavar=("NAME", "CONDITION"))
+    p.add_argument("--on-violation", dest="on_violation", action=_OnViolation, choices=["warn", "drop", "fail"])
     return p
 
 
@@ -211,4 +233,10 @@ def cell_node(args: argparse.Namespace, body: str, values: Mapping[str, str] | N
         raise StreamlingError("a sink reads one node: add --from UPSTREAM", node=name,
                               hint=f"%%streamling sink {name} --from <transform or source>")
     definition = {**head, **rest, **options(args)}
+    expectations = list(getattr(args, "expect", None) or [])
+    if expectations:
+        if kind == "source":
+            raise StreamlingError("expectations check a transform's output or a sink's input, not a source",
+                                  node=name, hint="put --expect on the transform or sink that reads it")
+        definition["expectations"] = [*definition.get("expectations", []), *expectations]
     return CellNode(kind, name, definition)

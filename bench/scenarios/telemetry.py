@@ -1,0 +1,102 @@
+"""``telemetry``: what operating a run costs, and what the notebook monitor's counting costs.
+
+generate (2M rows, 500k-row epochs) → the blackhole SQL → blackhole, in-process:
+- ``off``: no telemetry (a bare ``PipelineRun``);
+- ``on``: what the CLI attaches — run stats, the OpenTelemetry metrics with their Prometheus
+  registry, the admin API on a free port, and live inspect sampling every node every
+  ``refresh_in_secs`` (2 s here, far more often than Streamling's 30 s default);
+- ``monitor``: the notebook monitor's settings (20 rows sampled per node every epoch), node counts
+  from the sinks' own jobs (observations);
+- ``monitor, count jobs``: the same with the counting this build replaced, one ``count()`` job per
+  transform per epoch, reproduced here to measure the difference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scenarios.common import (
+    Options,
+    ScenarioResult,
+    Side,
+    interleaved,
+    log,
+    paired_ratio,
+    session_facts,
+    shared_session,
+    temp_dir,
+)
+from scenarios.inprocess import generate_yaml, run_streamling
+
+NAME = "telemetry"
+SQL = "SELECT id, customer, amount * quantity AS total, _gs_op FROM orders WHERE amount > 100"
+DEFAULT_ROWS = 2_000_000
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _with_count_jobs(fn: Any) -> Any:
+    """Run ``fn`` with the flow's sampling also counting every transform with its own job (the
+    monitor's counting before observations)."""
+    from streamling.runtime import flow as flow_module
+
+    original = flow_module.FlowRunner._sample
+
+    def counting(self: Any, epoch: Any, frames: Any, observed: Any) -> None:
+        sources = {s.name for s in self.sources}
+        for name, df in frames.items():
+            if name not in sources:
+                df.count()
+        original(self, epoch, frames, observed)
+
+    def run() -> dict[str, Any]:
+        flow_module.FlowRunner._sample = counting  # type: ignore[method-assign]
+        try:
+            return fn()  # type: ignore[no-any-return]
+        finally:
+            flow_module.FlowRunner._sample = original  # type: ignore[method-assign]
+
+    return run
+
+
+def run(opts: Options) -> ScenarioResult:
+    rows = opts.rows or DEFAULT_ROWS
+    spark = shared_session()
+    source = {"rows": rows, "rows_per_batch": min(500_000, rows), "partitions": 2, "profile": "orders"}
+    yaml_text = generate_yaml(source, SQL, {"type": "blackhole"})
+
+    def side(name: str, **kwargs: Any) -> Any:
+        def go() -> dict[str, Any]:
+            with temp_dir(f"telemetry-{name.split()[0]}") as workdir:
+                return run_streamling(spark, yaml_text, workdir, rows, **kwargs)
+        return go
+
+    runs = {
+        "off": side("off", admin_api_port=0),
+        "on": side("on", telemetry=True, admin_api_port=_free_port(), live_data_inspect_enabled=True,
+                   live_data_inspect={"refresh_in_secs": 2}),
+        "monitor": side("monitor", sample_rows=20, admin_api_port=0),
+        "monitor, count jobs": _with_count_jobs(side("monitor-count", sample_rows=20, admin_api_port=0)),
+    }
+    sides = {name: Side(name) for name in runs}
+    log(f"{NAME}: {rows:,} rows, {opts.runs} runs")
+    interleaved(opts.runs, runs, sides, log)
+    result = ScenarioResult(NAME, {"rows": rows, "sql": SQL, "spark": session_facts(spark)}, sides)
+    result.figures = {f"{name} rows/s": (s.median("rows_per_s"), "rows/s") for name, s in sides.items()}
+    for name, s in sides.items():
+        epochs = [ms for r in s.runs for ms in r["epoch_ms"][1:]]
+        if epochs:
+            epochs.sort()
+            result.figures[f"{name} median epoch (1st excluded)"] = (epochs[len(epochs) // 2], "ms")
+    off = sides["off"]
+    result.ratios = {"on / off (paired per round)": paired_ratio(sides["on"], off, "rows_per_s"),
+                     "monitor / off (paired)": paired_ratio(sides["monitor"], off, "rows_per_s"),
+                     "monitor, count jobs / off (paired)": paired_ratio(sides["monitor, count jobs"], off,
+                                                                        "rows_per_s")}
+    return result
