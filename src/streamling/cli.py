@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from streamling import __version__
@@ -174,6 +175,21 @@ def run(args: argparse.Namespace) -> int:
     return execute(spec, settings)
 
 
+#: set by a bundle job's driver: ``execute`` keeps the run's figures (``RunStats``) in this JSON file
+STATS_FILE_ENV = "STREAMLING_RUN_STATS_FILE"
+
+
+def _write_stats_periodically(stats: RunStats, path: Path, ended: threading.Event, every_secs: float = 2.0) -> None:
+    def loop() -> None:
+        while not ended.wait(every_secs):
+            try:
+                stats.write(path)
+            except OSError:
+                log.debug("writing run figures to %s failed", path, exc_info=True)
+
+    threading.Thread(target=loop, name="streamling-run-figures", daemon=True).start()
+
+
 def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None) -> int:
     """Run a pipeline to its end in this process, as the CLI and the bundle's job driver do.
 
@@ -228,6 +244,9 @@ def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    stats_file = os.environ.get(STATS_FILE_ENV)
+    if stats_file:  # a bundle job's driver: its run view reads these figures
+        _write_stats_periodically(telemetry.stats, Path(stats_file), ended)
     timer = None
     if stop_after_secs:
         timer = threading.Timer(stop_after_secs, stop, args=(f"{stop_after_secs:g}s elapsed",))
@@ -246,6 +265,8 @@ def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None)
             timer.cancel()
         progress.finish()
         telemetry.close()
+        if stats_file:
+            telemetry.stats.write(Path(stats_file))
     log.info("pipeline finished: %s", json.dumps(pipeline.status()))
     return 0
 

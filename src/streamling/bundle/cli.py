@@ -229,11 +229,15 @@ def cmd_summary(args: argparse.Namespace) -> int:
     for key, job in (deployment or {}).get("jobs", {}).items():
         deployed = {t["task_key"]: t["fingerprint"] for t in job["tasks"]}
         runs = store.runs(key, limit=1) if store is not None else []
+        figures = _latest_figures([{"figures": run_figures(a["log_path"])} for a in store.attempts(runs[0].id)]) \
+            if runs and store is not None else None
         jobs[key] = {"name": job.get("name"),
                      "trigger": "continuous" if job.get("continuous") else "schedule" if job.get("schedule") else
                      "periodic" if job.get("periodic") else "manual",
                      "pause_status": _pause_status(job),
-                     "last_run": {"id": runs[0].id, "state": runs[0].state} if runs else None,
+                     "last_run": {"id": runs[0].id, "state": runs[0].state, **({"figures": {
+                         k: figures.get(k) for k in ("status", "rows_to_sinks", "checkpoint", "admin_api", "error")}}
+                         if figures else {})} if runs else None,
                      "working_copy": "not in the working copy" if key not in local else
                      "up to date" if local[key] == deployed else
                      "differs (" + ", ".join(sorted(t for t in set(local[key]) | set(deployed)
@@ -258,8 +262,11 @@ def cmd_summary(args: argparse.Namespace) -> int:
             _out(f"  {key}: {info['working_copy']}")
             continue
         last = info.get("last_run")
+        figures = (last or {}).get("figures")
+        shown = (f" ({figures['rows_to_sinks']:,} rows to sinks, {figures['checkpoint']['epochs_succeeded']} epochs"
+                 + (f", {figures['admin_api']}" if figures.get("admin_api") else "") + ")") if figures else ""
         _out(f"  {key}: {info.get('name', '')} · {info.get('trigger', '-')} {info.get('pause_status') or ''} · "
-             f"last run {str(last['id']) + ' ' + last['state'] if last else '-'} · {info['working_copy']}")
+             f"last run {str(last['id']) + ' ' + last['state'] + shown if last else '-'} · {info['working_copy']}")
     return 0
 
 
@@ -319,7 +326,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     runs = store.runs(args.job, limit=args.limit)
     rows: list[dict[str, Any]] = []
     for run in runs:
-        attempts = [dict(a) for a in store.attempts(run.id)]
+        attempts = [{**dict(a), "figures": run_figures(a["log_path"])} for a in store.attempts(run.id)]
         rows.append({"run_id": run.id, "job": run.job_key, "state": run.state, "trigger": run.trigger,
                      "deployment": run.deployment, "params": run.params, "created_at": run.created_at,
                      "started_at": run.started_at, "ended_at": run.ended_at, "message": run.message,
@@ -327,12 +334,33 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.output == "json":
         _out(json.dumps(rows, indent=2, default=str))
         return 0
-    _out(f"{'RUN':>5}  {'JOB':<24} {'STATE':<10} {'TRIGGER':<10} {'ATTEMPTS':>8}  {'STARTED':<19}  MESSAGE")
+    _out(f"{'RUN':>5}  {'JOB':<24} {'STATE':<10} {'TRIGGER':<10} {'ATTEMPTS':>8}  {'ROWS':>10}  {'EPOCHS':>6}  "
+         f"{'STARTED':<19}  MESSAGE")
     for row in rows:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["started_at"])) if row["started_at"] else "-"
+        figures = _latest_figures(row["attempts"])
+        rows_out = f"{figures['rows_to_sinks']:,}" if figures else "-"
+        epochs = str(figures["checkpoint"]["epochs_succeeded"]) if figures else "-"
         _out(f"{row['run_id']:>5}  {row['job']:<24} {row['state']:<10} {row['trigger']:<10} "
-             f"{len(row['attempts']):>8}  {started:<19}  {row['message'] or ''}")
+             f"{len(row['attempts']):>8}  {rows_out:>10}  {epochs:>6}  {started:<19}  {row['message'] or ''}")
     return 0
+
+
+def run_figures(log_path: str) -> dict[str, Any] | None:
+    """What a task attempt's driver reported about its run (the same ``RunStats`` its admin API serves)."""
+    path = Path(f"{log_path}.stats.json")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _latest_figures(attempts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for attempt in reversed(attempts):
+        if attempt.get("figures"):
+            return attempt["figures"]  # type: ignore[no-any-return]
+    return None
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ from streamling.runtime import events as ev
 from streamling.runtime import expectations
 from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import Epoch, Sink, Source, Transform
-from streamling.runtime.observe import EVENT_TIME_MAX, ROWS, EpochObservations
+from streamling.runtime.observe import EVENT_TIME_MAX, INPUT, ROWS, EpochObservations
 from streamling.runtime.planner import Flow, Plan
 from streamling.runtime.retry import STOPPED, call_with_retry
 from streamling.runtime.side_outputs import SideOutputs
@@ -66,7 +66,8 @@ def evaluate(plan: Plan, flow: Flow, spark: SparkSession, raw: dict[str, DataFra
     """
     frames: dict[str, DataFrame] = {}
     for source in plan.sources(flow):
-        frame = source.spread(source.decode(raw[source.name], epoch))
+        read = raw[source.name] if watch is None else watch.watch(source.name + INPUT, raw[source.name])
+        frame = source.spread(source.decode(read, epoch))
         frames[source.name] = _watched(watch, source, frame)
         if source.name == upto:
             return frames
@@ -150,6 +151,8 @@ class FlowRunner:
         # Input rows of epochs that were retried, counted once on the cached batch: Spark's
         # numInputRows adds up every re-execution of the batch's plan.
         self._retried_input: dict[int, int] = {}
+        #: the epoch's source rows as the sources' observations counted them (exact, whatever else read them)
+        self._observed_input: dict[int, int] = {}
         self._offsets: dict[str, Any] = {}
         self.root = Path(self.settings.state_dir).resolve() / self.settings.application_id / flow.name
         self.checkpoint_dir = self.root / "checkpoint"
@@ -422,10 +425,13 @@ class FlowRunner:
                       started_at=time.time())
         self.bus.publish(ev.EpochPlanned(self.flow.name, epoch=batch_id))
         spark = batch.sparkSession
-        # Cache the batch when it is read more than once: several sinks, a dynamic table collecting
-        # its values before the rest of the DAG runs, or the notebook sampling every node. The source
-        # is then scanned once, and Spark's numInputRows stays the epoch's real input.
-        fan_out = (len(self.sinks) > 1 or self.bus.sample_rows > 0 or bool(self.side_outputs)
+        # Cache the batch when it is read more than once (several sinks, side outputs, a dynamic
+        # table collecting its values before the rest of the DAG runs), so the source is scanned
+        # once. Sampling (notebook monitor, live inspect) reads a few rows after the sinks with small
+        # ``limit`` jobs and never caches the whole batch; the epoch's input rows come from the
+        # sources' observations, which those jobs cannot inflate.
+        sampled = self.bus.wants_sample(self.flow.name)
+        fan_out = (len(self.sinks) > 1 or bool(self.side_outputs)
                    or any(isinstance(node, Transform) and node.reads_batch_eagerly
                           for node in (self.plan.nodes[t.name] for t in self.flow.transforms)))
         cached = [fan_out]
@@ -468,8 +474,10 @@ class FlowRunner:
                 rows[sink.name] = self._write(sink, sink.spread(df), epoch, on_retry)
                 durations[sink.name] = (time.perf_counter() - t0) * 1000
             observed = watch[0].results() if watch else {}
+            if all(s.name + INPUT in observed for s in self.sources):  # what the sources read, before decoding
+                self._observed_input[batch_id] = sum(int(observed[s.name + INPUT][ROWS]) for s in self.sources)
             # After the sinks: their jobs filled the observations; a sample's limited job must not.
-            if self.bus.wants_sample(self.flow.name):
+            if sampled:
                 self._sample(epoch, frames, observed)
         finally:
             if cached[0]:
@@ -625,7 +633,10 @@ class FlowRunner:
     def _input_rows(self, batch_id: int, progress: dict[str, Any]) -> int:
         """The epoch's input: Spark's count, unless the epoch was retried (then counted by the flow)."""
         counted = self._retried_input.pop(batch_id, None)
-        return counted if counted is not None else int(progress.get("numInputRows") or 0)
+        observed = self._observed_input.pop(batch_id, None)
+        if counted is not None:
+            return counted
+        return observed if observed is not None else int(progress.get("numInputRows") or 0)
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:

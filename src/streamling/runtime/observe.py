@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ROWS = "rows"
+#: the key suffix of a source's raw input (what it read, before decoding and its filter)
+INPUT = "#input"
 EVENT_TIME_MAX = "event_time_max"
 _ids = itertools.count()
 

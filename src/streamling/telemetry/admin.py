@@ -123,6 +123,7 @@ def start_admin_api(stats: RunStats, plan: Plan | None, settings: Settings,
             return None
     server = AdminServer(build_app(stats, plan, settings, metrics), host, port)
     server.start()
+    stats.admin_api = f"http://{host}:{port}"
     log.info("admin API on http://%s:%d (/health/live, /health/ready, /topology, /epochs, /inspect, /metrics)",
              host, port)
     return server

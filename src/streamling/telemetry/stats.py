@@ -6,10 +6,13 @@ Pure Python (no OpenTelemetry, no Spark): subscribed to the run's ``EventBus``, 
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamling.runtime import events as ev
@@ -70,6 +73,8 @@ class RunStats:
         #: (at, node, rows) of recent epochs, for rows-per-interval figures
         self.recent_rows: deque[tuple[float, str, int]] = deque(maxlen=10_000)
         self.samples: dict[str, dict[str, Any]] = {}
+        #: where this run's admin API answers, once it does
+        self.admin_api: str | None = None
         if plan is not None:
             for name, spec in plan.spec.nodes.items():
                 telemetry = spec.options.telemetry
@@ -188,9 +193,11 @@ class RunStats:
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-able picture (admin API)."""
+        rows_to_sinks = self.rows_to_sinks()
         with self.lock:
             return {
                 "application_id": self.application_id, "status": self.status, "error": self.error,
+                "rows_to_sinks": rows_to_sinks, "admin_api": self.admin_api,
                 "started_at": self.started_at, "checkpoint": dict(self.counters),
                 "flows": {k: dict(v) for k, v in self.flows.items()},
                 "nodes": {n.name: {"kind": n.kind, "type": n.type, "upstream": n.upstream, "labels": n.labels,
@@ -200,6 +207,12 @@ class RunStats:
                                    "expectations": {k: dict(v) for k, v in n.expectations.items()}}
                           for n in self.nodes.values()},
             }
+
+    def write(self, path: Path) -> None:
+        """The snapshot as JSON at ``path``, replaced atomically (read by ``streamling bundle runs``)."""
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.snapshot(), default=str))
+        os.replace(tmp, path)
 
     def recent_epochs(self, limit: int = 20) -> list[dict[str, Any]]:
         with self.lock:
