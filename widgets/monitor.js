@@ -260,7 +260,12 @@ function render({ model, el }) {
     for (const [name, box] of Object.entries(boxes)) {
       const st = stats[name] || {};
       box.rows.textContent = st.rows === undefined ? "" : `${fmtCompact(st.rows)} rows`;
-      box.rate.textContent = fmtRate(st.rows_per_sec);
+      const checks = Object.entries(st.expectations || {});
+      const failed = checks.reduce((sum, [, c]) => sum + (c.failed || 0), 0);
+      box.rate.textContent = fmtRate(st.rows_per_sec) + (failed ? ` · ${fmtCompact(failed)} failed checks` : "");
+      box.g.classList.toggle("sl-checks-failed", failed > 0);
+      box.g.dataset.checks = checks.map(([name, c]) => `${name} (${c.action}): ${c.passed} passed, ${c.failed} failed`)
+        .join("; ");
       box.g.dataset.rows = st.rows === undefined ? "" : String(st.rows);
     }
   }

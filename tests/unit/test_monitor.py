@@ -324,3 +324,17 @@ def test_mimebundle_has_the_widget_and_summaries() -> None:
     assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == m.model_id
     assert data["text/plain"] == m.summary_text()
     assert data["text/html"] == m.summary_html()
+
+
+def test_node_counts_and_expectations_come_from_the_flushed_epoch() -> None:
+    m = _monitor()
+    m.handle(ev.FlowStarted("orders", query_id="q", sources=["orders"], sinks=["out"], bounded=False, at=100.0))
+    for epoch in range(2):
+        m.handle(ev.EpochPlanned("orders", epoch=epoch, at=101.0 + epoch))
+        m.handle(ev.EpochFlushed("orders", epoch=epoch, rows={"out": 80}, durations_ms={}, at=101.5 + epoch,
+                                 node_rows={"orders": 100, "big": 80},
+                                 expectations={"big": {"positive": {"passed": 80, "failed": 20, "action": "drop"}}}))
+    m.flush()
+    assert m.node_stats["big"]["rows"] == 160 and m.node_stats["orders"]["rows"] == 200
+    assert m.node_stats["big"]["expectations"] == {"positive": {"passed": 160, "failed": 40, "action": "drop"}}
+    assert "expectation positive (drop): 160 passed, 40 failed" in m.summary_text()

@@ -160,7 +160,7 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
     status = traitlets.Unicode("starting").tag(sync=True)
     #: {nodes: [{name, kind, type, flow, depth, primary_key, schema}], edges: [[from, to]]}
     graph = traitlets.Dict().tag(sync=True)
-    #: {node: {rows, last_rows, last_epoch, rows_per_sec}}
+    #: {node: {rows, last_rows, last_epoch, rows_per_sec, expectations: {name: {passed, failed, action}}}}
     node_stats = traitlets.Dict().tag(sync=True)
     #: oldest first: [{flow, epoch, state, planned_at, flushed_at, finalized_at, durations_ms,
     #: spark_ms, rows, input_rows, offsets, input_rate, processing_rate}]
@@ -181,6 +181,8 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
         self._status = self.status
         self._epochs: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         self._rows: dict[str, _NodeRows] = {}
+        #: node → expectation → {passed, failed, action}, summed over the run's epochs
+        self._checks: dict[str, dict[str, dict[str, Any]]] = {}
         self._samples: dict[str, dict[str, Any]] = {}
         self._rates: list[dict[str, Any]] = []
         self._error: dict[str, Any] | None = None
@@ -269,6 +271,12 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
                 self._node_rows(sink).record((event.flow, event.epoch), event.at, int(rows), 1)
             for node, rows in event.node_rows.items():  # counted in the sinks' own jobs: exact
                 self._node_rows(node).record((event.flow, event.epoch), event.at, int(rows), 2)
+            for node, results in event.expectations.items():
+                for name, result in results.items():
+                    totals = self._checks.setdefault(node, {}).setdefault(
+                        name, {"passed": 0, "failed": 0, "action": result.get("action")})
+                    totals["passed"] += int(result.get("passed", 0))
+                    totals["failed"] += int(result.get("failed", 0))
             if self._error and self._error["retriable"] and self._error["flow"] == event.flow:
                 self._error["resolved"] = True  # the retry succeeded: the epoch got through
         elif isinstance(event, ev.EpochFinalized):
@@ -350,13 +358,15 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
     def _stats(self) -> dict[str, dict[str, Any]]:
         started = [f["started_at"] for f in self._flows.values() if f["started_at"] is not None]
         since = min(started) if started else None
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for node, rows in self._rows.items():
             last = next(reversed(rows.per_epoch.items()), None)
             rate = rows.rate(since)
             out[node] = {"rows": rows.total, "last_rows": last[1][1] if last else None,
                          "last_epoch": last[0][1] if last else None,
                          "rows_per_sec": round(rate, 1) if rate is not None else None}
+        for node, checks in self._checks.items():
+            out.setdefault(node, {})["expectations"] = {k: dict(v) for k, v in checks.items()}
         return out
 
     def _push(self) -> None:
@@ -396,6 +406,9 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
                 st = s["stats"].get(n["name"], {})
                 lines.append(f"  {n['name']:<{width}}  {n['kind'] + '/' + n['type']:<{kinds}}  "
                              f"{_fmt_int(st.get('rows')):>12} rows  {_fmt_rate(st.get('rows_per_sec')):>10}")
+                for name, check in (st.get("expectations") or {}).items():
+                    lines.append(f"    expectation {name} ({check['action']}): {_fmt_int(check['passed'])} passed, "
+                                 f"{_fmt_int(check['failed'])} failed")
         epochs = s["epochs"][-last_epochs:]
         if epochs:
             lines.append(f"epochs (last {len(epochs)} of {len(s['epochs'])}):")

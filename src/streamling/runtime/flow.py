@@ -425,13 +425,12 @@ class FlowRunner:
                       started_at=time.time())
         self.bus.publish(ev.EpochPlanned(self.flow.name, epoch=batch_id))
         spark = batch.sparkSession
-        # Cache the batch when it is read more than once (several sinks, side outputs, a dynamic
-        # table collecting its values before the rest of the DAG runs), so the source is scanned
-        # once. Sampling (notebook monitor, live inspect) reads a few rows after the sinks with small
-        # ``limit`` jobs and never caches the whole batch; the epoch's input rows come from the
-        # sources' observations, which those jobs cannot inflate.
+        # Cache the batch when it is read more than once: several sinks, side outputs, a dynamic
+        # table collecting its values before the rest of the DAG runs, or an epoch whose rows are
+        # sampled (notebook monitor; live inspect every refresh_in_secs) — a sample's ``limit`` job
+        # must not re-run the source. The source is then scanned once.
         sampled = self.bus.wants_sample(self.flow.name)
-        fan_out = (len(self.sinks) > 1 or bool(self.side_outputs)
+        fan_out = (len(self.sinks) > 1 or bool(self.side_outputs) or sampled
                    or any(isinstance(node, Transform) and node.reads_batch_eagerly
                           for node in (self.plan.nodes[t.name] for t in self.flow.transforms)))
         cached = [fan_out]
