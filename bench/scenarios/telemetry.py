@@ -1,10 +1,11 @@
 """``telemetry``: what operating a run costs, and what the notebook monitor's counting costs.
 
-generate (2M rows, 500k-row epochs) → the blackhole SQL → blackhole, in-process:
+generate (6M rows, 500k-row epochs) → the blackhole SQL → blackhole, in-process:
 - ``off``: no telemetry (a bare ``PipelineRun``);
 - ``on``: what the CLI attaches — run stats, the OpenTelemetry metrics with their Prometheus
-  registry, the admin API on a free port, and live inspect sampling every node every
-  ``refresh_in_secs`` (2 s here, far more often than Streamling's 30 s default);
+  registry and the admin API on a free port;
+- ``on + live inspect``: the same with live inspect sampling every node every ``refresh_in_secs``
+  (Streamling's default 30 s: the run's first epoch and every 30 s after);
 - ``monitor``: the notebook monitor's settings (20 rows sampled per node every epoch), node counts
   from the sinks' own jobs (observations);
 - ``monitor, count jobs``: the same with the counting this build replaced, one ``count()`` job per
@@ -30,7 +31,7 @@ from scenarios.inprocess import generate_yaml, run_streamling
 
 NAME = "telemetry"
 SQL = "SELECT id, customer, amount * quantity AS total, _gs_op FROM orders WHERE amount > 100"
-DEFAULT_ROWS = 2_000_000
+DEFAULT_ROWS = 6_000_000
 
 
 def _free_port() -> int:
@@ -79,8 +80,9 @@ def run(opts: Options) -> ScenarioResult:
 
     runs = {
         "off": side("off", admin_api_port=0),
-        "on": side("on", telemetry=True, admin_api_port=_free_port(), live_data_inspect_enabled=True,
-                   live_data_inspect={"refresh_in_secs": 2}),
+        "on": side("on", telemetry=True, admin_api_port=_free_port()),
+        "on + live inspect": side("on-inspect", telemetry=True, admin_api_port=_free_port(),
+                                  live_data_inspect_enabled=True),
         "monitor": side("monitor", sample_rows=20, admin_api_port=0),
         "monitor, count jobs": _with_count_jobs(side("monitor-count", sample_rows=20, admin_api_port=0)),
     }
@@ -96,6 +98,7 @@ def run(opts: Options) -> ScenarioResult:
             result.figures[f"{name} median epoch (1st excluded)"] = (epochs[len(epochs) // 2], "ms")
     off = sides["off"]
     result.ratios = {"on / off (paired per round)": paired_ratio(sides["on"], off, "rows_per_s"),
+                     "on + live inspect / off (paired)": paired_ratio(sides["on + live inspect"], off, "rows_per_s"),
                      "monitor / off (paired)": paired_ratio(sides["monitor"], off, "rows_per_s"),
                      "monitor, count jobs / off (paired)": paired_ratio(sides["monitor, count jobs"], off,
                                                                         "rows_per_s")}
