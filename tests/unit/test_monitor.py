@@ -338,3 +338,19 @@ def test_node_counts_and_expectations_come_from_the_flushed_epoch() -> None:
     assert m.node_stats["big"]["rows"] == 160 and m.node_stats["orders"]["rows"] == 200
     assert m.node_stats["big"]["expectations"] == {"positive": {"passed": 160, "failed": 40, "action": "drop"}}
     assert "expectation positive (drop): 160 passed, 40 failed" in m.summary_text()
+
+
+def test_with_the_runs_stats_the_monitor_shows_their_totals() -> None:
+    from streamling.telemetry.stats import RunStats
+
+    m = _monitor()
+    m.stats = RunStats(application_id="app")
+    for handler in (m.stats, m.handle):  # the bus feeds both
+        handler(ev.FlowStarted("orders", query_id="q", sources=["orders"], sinks=["out"], bounded=False, at=100.0))
+        handler(ev.EpochPlanned("orders", epoch=0, at=101.0))
+        handler(ev.EpochFlushed("orders", epoch=0, rows={"out": 70}, durations_ms={}, at=101.5,
+                                node_rows={"orders": 100, "big": 70},
+                                expectations={"big": {"positive": {"passed": 70, "failed": 30, "action": "drop"}}}))
+    m.flush()
+    assert {n: m.node_stats[n]["rows"] for n in ("orders", "big", "out")} == {"orders": 100, "big": 70, "out": 70}
+    assert m.node_stats["big"]["expectations"]["positive"]["failed"] == 30

@@ -183,6 +183,9 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
         self._rows: dict[str, _NodeRows] = {}
         #: node → expectation → {passed, failed, action}, summed over the run's epochs
         self._checks: dict[str, dict[str, dict[str, Any]]] = {}
+        #: the run's numbers (``RunStats``) the CLI line, the metrics and the admin API read: when set,
+        #: node totals and expectation counts are taken from them
+        self.stats: Any = None
         self._samples: dict[str, dict[str, Any]] = {}
         self._rates: list[dict[str, Any]] = []
         self._error: dict[str, Any] | None = None
@@ -367,6 +370,13 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
                          "rows_per_sec": round(rate, 1) if rate is not None else None}
         for node, checks in self._checks.items():
             out.setdefault(node, {})["expectations"] = {k: dict(v) for k, v in checks.items()}
+        if self.stats is not None:  # one source of truth for totals
+            for node, st in self.stats.snapshot()["nodes"].items():
+                if st["output_rows"] or node in out:
+                    entry = out.setdefault(node, {"last_rows": None, "last_epoch": None, "rows_per_sec": None})
+                    entry["rows"] = st["output_rows"]
+                    if st["expectations"]:
+                        entry["expectations"] = st["expectations"]
         return out
 
     def _push(self) -> None:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from streamling.runtime.pipeline import PipelineRun
     from streamling.runtime.planner import Flow, Plan
+    from streamling.telemetry.attach import RunTelemetry
 
 log = logging.getLogger(__name__)
 KIND_SECTION: dict[Kind, str] = {kind: section for section, kind in SECTIONS.items()}
@@ -122,8 +123,9 @@ class Preview:
 class NotebookRun:
     """A pipeline running in the background of a notebook; the kernel stays free."""
 
-    def __init__(self, run: PipelineRun, seconds: float | None) -> None:
+    def __init__(self, run: PipelineRun, seconds: float | None, telemetry: RunTelemetry | None = None) -> None:
         self.run = run
+        self.telemetry = telemetry
         self.error: StreamlingError | None = None
         self.finished = threading.Event()
         self.started_at = time.time()
@@ -153,6 +155,8 @@ class NotebookRun:
                 log.debug("stopping the notebook run", exc_info=True)
             if self._timer is not None:
                 self._timer.cancel()
+            if self.telemetry is not None:
+                self.telemetry.close()
             self.finished.set()
 
     @property
@@ -372,11 +376,18 @@ class NotebookPipeline:
         if monitor is not None:
             bus.subscribe(monitor.handle)
         pipeline = PipelineRun(self.spec(), settings, self.spark(), bus)
+        # The run's numbers and its metrics (exported when open_telemetry_metrics says where), as a CLI
+        # run has them; a kernel's runs come and go, so no admin API. The monitor reads the same numbers.
+        from streamling.telemetry.attach import attach
+
+        telemetry = attach(pipeline.plan, settings, bus, admin_api=False)
+        if monitor is not None:
+            monitor.stats = telemetry.stats
         if print_out is not None:
             for node in pipeline.plan.nodes.values():
                 if isinstance(node, PrintSink):
                     node.out = print_out
-        run = NotebookRun(pipeline, seconds)
+        run = NotebookRun(pipeline, seconds, telemetry)
         self.current = run
         self.monitor = monitor
         run.start()
