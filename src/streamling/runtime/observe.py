@@ -52,3 +52,20 @@ class EpochObservations:
             except Exception:  # noqa: BLE001 - a metric must never fail the epoch
                 log.debug("reading the observation of %s failed", node, exc_info=True)
         return out
+
+
+class Counted:
+    """One DataFrame's rows counted as a write reads them (``on``), instead of by a job of its own."""
+
+    def __init__(self) -> None:
+        self._watch = EpochObservations()
+
+    def on(self, df: DataFrame) -> DataFrame:
+        return self._watch.watch("df", df)
+
+    def done(self) -> bool:
+        """Whether a job read the whole DataFrame (a write Delta skipped as already done reads nothing)."""
+        return "df" in self._watch.results()
+
+    def rows(self) -> int:
+        return int(self._watch.results()["df"][ROWS])

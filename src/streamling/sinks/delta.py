@@ -11,6 +11,7 @@ import os
 from typing import TYPE_CHECKING, ClassVar
 
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
+from streamling.runtime.observe import Counted
 from streamling.sinks.common import last_row_per_key, op_column
 from streamling.spec.nodes import DeltaSinkOptions
 
@@ -26,6 +27,7 @@ class DeltaSink(Sink[DeltaSinkOptions]):
         super().__init__(ctx)
         path = self.options.path
         self.path = os.path.abspath(path) if "://" not in path else path
+        self._exists = False  # known to be a Delta table (checked until it is)
 
     def spread(self, df: DataFrame) -> DataFrame:
         return super().spread(df) if not self.key else df  # a MERGE shuffles by its own join
@@ -44,53 +46,63 @@ class DeltaSink(Sink[DeltaSinkOptions]):
         return list(self.ctx.primary_key)
 
     def open(self, spark: SparkSession) -> None:
-        from delta.tables import DeltaTable
+        """Nothing to prepare before the query starts: the first epoch creates the table with its own
+        rows (one Delta commit instead of an empty one on the cold-start path, then a MERGE)."""
+        self._exists = False
 
-        schema = self.ctx.input_schema
-        if schema is None or DeltaTable.isDeltaTable(spark, self.path):
-            return
-        from pyspark.sql.types import StructType
+    def _table_exists(self, spark: SparkSession) -> bool:
+        if not self._exists:
+            from delta.tables import DeltaTable
 
-        fields = [f for f in schema.fields if f.name != GS_OP]
-        writer = spark.createDataFrame([], StructType(fields)).write.format("delta").mode("append")
-        if self.options.partition_by:
-            writer = writer.partitionBy(*self.options.partition_by)
-        writer.save(self.path)
+            self._exists = DeltaTable.isDeltaTable(spark, self.path)
+        return self._exists
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         from pyspark.sql import functions as F
 
         spark = df.sparkSession
         has_op = GS_OP in df.columns
+        counted = Counted()
         if not self.key:
-            data = df.drop(GS_OP) if has_op else df
-            data = data.persist()
-            rows = data.count()
-            (data.write.format("delta").mode("append")
-             .option("txnAppId", f"{epoch.sink_token}:{self.name}").option("txnVersion", epoch.epoch_id)
-             .option("mergeSchema", "true").save(self.path))
-            data.unpersist()
-            return rows
-
-        from delta.tables import DeltaTable
+            data = counted.on(df.drop(GS_OP) if has_op else df)
+            self._append(data, epoch, merge_schema=True)
+            # A replayed epoch Delta already has (txnVersion) writes nothing, so nothing was counted.
+            return counted.rows() if counted.done() else int(df.count())
 
         staged = df.withColumn("__op", op_column(df))
         if self.options.deduplicate:
             staged = last_row_per_key(staged, self.key)
         if has_op:
             staged = staged.drop(GS_OP)
-        staged = staged.persist()
-        rows = staged.count()
-        if not DeltaTable.isDeltaTable(spark, self.path):
-            staged.limit(0).drop("__op").write.format("delta").mode("append").save(self.path)
-        target = DeltaTable.forPath(spark, self.path)
-        cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.key)
-        columns = [c for c in staged.columns if c != "__op"]
-        values: dict[str, str | Column] = {f"`{c}`": F.col(f"s.`{c}`") for c in columns}
-        (target.alias("t").merge(staged.alias("s"), cond)
-         .whenMatchedDelete(condition="s.__op = 'd'")
-         .whenMatchedUpdate(set=values)
-         .whenNotMatchedInsert(condition="s.__op != 'd'", values=values)
-         .execute())
-        staged.unpersist()
-        return rows
+        # Rows are counted as the write reads them (an observation), not by a job of their own.
+        staged = counted.on(staged)
+        if not self._table_exists(spark):
+            # The first epoch creates the table: MERGE into nothing is the insert of the non-deletes.
+            self._append(staged.where(F.col("__op") != "d").drop("__op"), epoch, merge_schema=False)
+            return counted.rows() if counted.done() else int(staged.count())
+        staged = staged.persist()  # MERGE reads its source twice: find the touched files, then write
+        try:
+            from delta.tables import DeltaTable
+
+            target = DeltaTable.forPath(spark, self.path)
+            cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.key)
+            columns = [c for c in staged.columns if c != "__op"]
+            values: dict[str, str | Column] = {f"`{c}`": F.col(f"s.`{c}`") for c in columns}
+            (target.alias("t").merge(staged.alias("s"), cond)
+             .whenMatchedDelete(condition="s.__op = 'd'")
+             .whenMatchedUpdate(set=values)
+             .whenNotMatchedInsert(condition="s.__op != 'd'", values=values)
+             .execute())
+            return counted.rows() if counted.done() else int(staged.count())
+        finally:
+            staged.unpersist()
+
+    def _append(self, data: DataFrame, epoch: Epoch, merge_schema: bool) -> None:
+        writer = (data.write.format("delta").mode("append")
+                  .option("txnAppId", f"{epoch.sink_token}:{self.name}").option("txnVersion", epoch.epoch_id))
+        if merge_schema:
+            writer = writer.option("mergeSchema", "true")
+        if self.options.partition_by:
+            writer = writer.partitionBy(*self.options.partition_by)
+        writer.save(self.path)
+        self._exists = True
