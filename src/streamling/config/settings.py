@@ -188,8 +188,10 @@ class KafkaSourceSettings(KafkaConnection):
     consumer_fetch_timeout_sec: int | None = Field(default=None, ge=1)
     #: Streamling: after this long without records while lag is positive, log a stall warning
     stall_watchdog_timeout_sec: int | None = Field(default=None, ge=1)
-    #: streamling addition: upper bound of records per epoch (Spark's maxOffsetsPerTrigger).
-    max_offsets_per_epoch: int | None = Field(default=None, ge=1)
+    #: streamling addition: upper bound of records per epoch (Spark's maxOffsetsPerTrigger), so a first
+    #: epoch from ``earliest`` cannot pull a whole topic into one epoch (driver-side sinks hold an epoch
+    #: in memory); ``null`` removes the bound.
+    max_offsets_per_epoch: int | None = Field(default=1_000_000, ge=1)
 
 
 class KafkaSinkSettings(KafkaConnection):
