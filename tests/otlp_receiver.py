@@ -3,18 +3,15 @@ JSON bodies) and OTLP/gRPC, decoding requests with the official ``opentelemetry-
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from streamling.util import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["Point", "Receiver", "free_port", "points", "serve_grpc", "serve_http"]
 
 
 @dataclass

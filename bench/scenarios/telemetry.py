@@ -28,18 +28,11 @@ from scenarios.common import (
     temp_dir,
 )
 from scenarios.inprocess import generate_yaml, run_streamling
+from streamling.util import free_port
 
 NAME = "telemetry"
 SQL = "SELECT id, customer, amount * quantity AS total, _gs_op FROM orders WHERE amount > 100"
 DEFAULT_ROWS = 6_000_000
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _with_count_jobs(fn: Any) -> Any:
@@ -80,8 +73,8 @@ def run(opts: Options) -> ScenarioResult:
 
     runs = {
         "off": side("off", admin_api_port=0),
-        "on": side("on", telemetry=True, admin_api_port=_free_port()),
-        "on + live inspect": side("on-inspect", telemetry=True, admin_api_port=_free_port(),
+        "on": side("on", telemetry=True, admin_api_port=free_port()),
+        "on + live inspect": side("on-inspect", telemetry=True, admin_api_port=free_port(),
                                   live_data_inspect_enabled=True),
         "monitor": side("monitor", sample_rows=20, admin_api_port=0),
         "monitor, count jobs": _with_count_jobs(side("monitor-count", sample_rows=20, admin_api_port=0)),

@@ -81,14 +81,6 @@ def _notebook_task(ws: Any, deployment: dict[str, Any], task: dict[str, Any], va
     return execute(spec, settings, stop_after_secs=float(seconds) if seconds else None)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="streamling-driver")
     p.add_argument("--root", required=True)
@@ -99,12 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exit-file")
     args = p.parse_args(argv)
     from streamling.cli import STATS_FILE_ENV, setup_logging
+    from streamling.util import free_port
 
     if args.exit_file:
         # The run's figures next to its log (``bundle runs`` / ``summary`` show them), and an admin API
         # on a port of its own: several drivers run side by side (set admin_api_port to pin one).
         os.environ[STATS_FILE_ENV] = args.exit_file.removesuffix(".exit") + ".stats.json"
-        os.environ.setdefault("STREAMLING__ADMIN_API_PORT", str(_free_port()))
+        os.environ.setdefault("STREAMLING__ADMIN_API_PORT", str(free_port()))
 
     setup_logging(os.environ.get("STREAMLING__LOG_FORMAT", "text"), debug=False)
     code = 2

@@ -19,7 +19,7 @@ import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from streamling.errors import StreamlingError
-from streamling.util import did_you_mean, parse_duration_secs
+from streamling.util import csv_list, did_you_mean, parse_duration_secs
 
 ENV_PREFIX = "STREAMLING__"
 _SECRET_KEYS = re.compile(r"(pass(word)?|secret|secret[._-]?key|token|sasl_password|api_key|credentials?)$",
@@ -277,12 +277,7 @@ class OpenTelemetrySettings(BaseModel):
     metric_deny_list: list[str] = Field(default_factory=lambda: ["kafka_consumer.msg_decode_latency",
                                                                    "kafka_producer.msg_encode_latency"])
 
-    @field_validator("metric_deny_list", mode="before")
-    @classmethod
-    def _csv(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [v.strip() for v in value.split(",") if v.strip()]
-        return value
+    _deny_csv = field_validator("metric_deny_list", mode="before")(classmethod(lambda cls, v: csv_list(v)))
 
     @field_validator("global_tags")
     @classmethod
@@ -319,12 +314,8 @@ class PluginSettings(BaseModel):
     side_output_ids: list[str] = Field(default_factory=list)
     side_output_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
-    @field_validator("preprocessor_ids", "side_output_ids", mode="before")
-    @classmethod
-    def _csv(cls, value: Any) -> Any:
-        if isinstance(value, str):  # Streamling: id lists accept a comma-separated string
-            return [v.strip() for v in value.split(",") if v.strip()]
-        return value
+    _ids_csv = field_validator("preprocessor_ids", "side_output_ids", mode="before")(
+        classmethod(lambda cls, v: csv_list(v)))
 
     @field_validator("preprocessor_options", "side_output_options", mode="before")
     @classmethod

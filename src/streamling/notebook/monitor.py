@@ -13,12 +13,9 @@ nbconvert, jobs) cannot run it, so ``_repr_mimebundle_`` also carries a text and
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import html
 import json
 import logging
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -31,6 +28,7 @@ import traitlets
 
 from streamling.notebook.render import dag_depths
 from streamling.runtime import events as ev
+from streamling.util import json_safe
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +37,6 @@ MAX_RATES = 120
 MAX_SAMPLE_ROWS = 20
 PUSH_INTERVAL_SECS = 0.25  # at most ~4 trait pushes per second
 RATE_WINDOW_SECS = 30.0
-_MAX_TEXT = 200
 _STATE_RANK = {"planned": 0, "flushed": 1, "finalized": 2}
 
 
@@ -55,28 +52,6 @@ def _asset(name: str) -> Path:
     return Path(__file__).resolve().parents[3] / "widgets" / name
 
 
-def json_safe(value: Any, depth: int = 0) -> Any:
-    """``value`` as JSON a browser reads back exactly: datetimes, decimals and bytes become text,
-    non-finite floats and integers beyond 2**53 too (JavaScript numbers would round them)."""
-    if value is None or isinstance(value, bool | str):
-        return value if not isinstance(value, str) or len(value) <= _MAX_TEXT else value[:_MAX_TEXT] + "…"
-    if isinstance(value, int):
-        return value if abs(value) <= 2**53 else str(value)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        raw = bytes(value)
-        text = "0x" + raw[:32].hex()
-        return text + "…" if len(raw) > 32 else text
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
-    if isinstance(value, decimal.Decimal | dt.timedelta):
-        return str(value)
-    if depth < 6 and isinstance(value, dict):
-        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
-    if depth < 6 and isinstance(value, list | tuple | set | frozenset):
-        return [json_safe(v, depth + 1) for v in value]
-    return str(value)[:_MAX_TEXT]
 
 
 def plan_graph(description: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails
 
 from streamling.spec.types import check_type_names
+from streamling.util import csv_list
 
 LABEL_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 RESERVED_LABELS = {"id", "topology_node_type", "operator_type", "service_instance_id"}
@@ -113,9 +114,7 @@ class FromNodeOptions(NodeOptions):
     @field_validator("from_", mode="before")
     @classmethod
     def _from_list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [v.strip() for v in value.split(",") if v.strip()]
-        return value
+        return csv_list(value)
 
 
 # --- sources -------------------------------------------------------------------------------------
@@ -218,13 +217,7 @@ class ClickHouseSourceOptions(NodeOptions):
     filter: str | None = Field(default=None, description="ClickHouse SQL predicate, run by ClickHouse")
     start_at: str | int | None = Field(default=None, description="first sort-key value read (inclusive)")
 
-    _columns = field_validator("columns", mode="before")(classmethod(lambda cls, value: _csv_list(value)))
-
-
-def _csv_list(value: Any) -> Any:
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return value
+    _columns = field_validator("columns", mode="before")(classmethod(lambda cls, value: csv_list(value)))
 
 
 class HybridBoundedSource(BaseModel):
@@ -237,7 +230,7 @@ class HybridBoundedSource(BaseModel):
     filter: str | None = None
     start_at: str | int | None = None
 
-    _columns = field_validator("columns", mode="before")(classmethod(lambda cls, value: _csv_list(value)))
+    _columns = field_validator("columns", mode="before")(classmethod(lambda cls, value: csv_list(value)))
 
 
 class HybridUnboundedSource(KafkaReadKeys):

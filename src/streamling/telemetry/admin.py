@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from streamling.config.settings import mask_secrets
+from streamling.util import json_safe
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -62,7 +63,7 @@ def build_app(stats: RunStats, plan: Plan | None, settings: Settings, metrics: P
         return JSONResponse({"enabled": settings.live_data_inspect_enabled,
                              "records_per_topology_node": settings.live_data_inspect.records_per_topology_node,
                              "refresh_in_secs": settings.live_data_inspect.refresh_in_secs,
-                             "nodes": _json_safe(samples)})
+                             "nodes": json_safe(samples)})
 
     async def config(_: Request) -> Response:
         return JSONResponse(settings.masked())
@@ -75,16 +76,6 @@ def build_app(stats: RunStats, plan: Plan | None, settings: Settings, metrics: P
         Route("/health/live", live), Route("/health/ready", ready), Route("/topology", topology),
         Route("/epochs", epochs), Route("/inspect", inspect), Route("/config", config), Route("/metrics", prometheus),
     ])
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
 
 
 class AdminServer:
