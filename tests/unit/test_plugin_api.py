@@ -45,6 +45,7 @@ def _isolated_registry() -> Iterator[None]:
     from streamling.plugins import discovery, registry
     from streamling.spec.nodes import REGISTRY
 
+    load_plugins()  # the installed plugins belong to the snapshot, whichever test runs first
     saved = (dict(registry.PLUGINS), dict(registry.UDFS), {k: dict(v) for k, v in REGISTRY.items()},
              list(discovery.FAILURES))
     yield
@@ -202,5 +203,16 @@ def test_the_runtime_checks_what_plugins_return() -> None:
         def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
             return pa.schema([("id", pa.int64())])
 
+        def process_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+            return batch.select(["id"])
+
     with pytest.raises(StreamlingError, match="drops the _gs_op column"):
         TransformRunner(DropsOp, None, pa.schema([("id", pa.int64()), ("_gs_op", pa.string())]))
+
+
+def test_a_plugin_missing_a_required_method_fails_to_register() -> None:
+    with pytest.raises(TypeError, match=r"source plugin 'unittest.half' \(Half\) must define read\(\)"):
+        @source("unittest.half")
+        class Half(SourcePlugin):
+            def output_schema(self) -> pa.Schema:
+                return pa.schema([("id", pa.int64())])

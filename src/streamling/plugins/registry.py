@@ -43,6 +43,12 @@ _IMPLEMENTATION = {
     "transform": "streamling.transforms.plugin:PluginTransform",
     "sink": "streamling.sinks.plugin:PluginSink",
 }
+#: what a plugin of each kind must define itself: checked when it registers, so a plugin missing one
+#: fails to load (reported with its distribution) instead of failing an epoch later
+REQUIRED: dict[Kind, tuple[str, ...]] = {
+    "source": ("output_schema", "read"), "transform": ("process_batch",), "sink": ("write_batch",),
+    "preprocessor": ("preprocess",), "side_output": ("process_batch",),
+}
 _BASES: dict[Kind, type[Plugin[Any]]] = {
     "source": SourcePlugin, "transform": TransformPlugin, "sink": SinkPlugin,
     "preprocessor": PreprocessorPlugin, "side_output": SideOutputPlugin,
@@ -129,6 +135,10 @@ def _register(kind: Kind, plugin_id: str) -> Callable[[P], P]:
         base = _BASES[kind]
         if not (isinstance(cls, type) and issubclass(cls, base)):
             raise TypeError(f"@{kind}({plugin_id!r}) decorates a subclass of {base.__name__}, got {cls!r}")
+        missing = [name for name in REQUIRED[kind] if getattr(cls, name) is getattr(base, name)]
+        if missing:
+            raise TypeError(f"{kind.replace('_', ' ')} plugin {plugin_id!r} ({cls.__name__}) must define "
+                            + ", ".join(f"{name}()" for name in missing))
         cls.plugin_id = plugin_id
         info = PluginInfo(plugin_id, kind, cls, _origin[-1] if _origin else cls.__module__)
         PLUGINS[(kind, plugin_id)] = info
