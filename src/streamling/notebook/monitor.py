@@ -28,6 +28,7 @@ import traitlets
 
 from streamling.notebook.render import dag_depths
 from streamling.runtime import events as ev
+from streamling.telemetry.stats import RunStats
 from streamling.util import json_safe
 
 log = logging.getLogger(__name__)
@@ -156,11 +157,11 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
         self._status = self.status
         self._epochs: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         self._rows: dict[str, _NodeRows] = {}
-        #: node → expectation → {passed, failed, action}, summed over the run's epochs
-        self._checks: dict[str, dict[str, dict[str, Any]]] = {}
-        #: the run's numbers (``RunStats``) the CLI line, the metrics and the admin API read: when set,
-        #: node totals and expectation counts are taken from them
-        self.stats: Any = None
+        #: expectation counts come from a ``RunStats``: the monitor's own (fed by ``handle``) until the
+        #: run's is attached (``stats = …``), which also gives node totals — the numbers the CLI line,
+        #: the metrics and the admin API read
+        self._stats_source: RunStats = RunStats()
+        self._own_stats = True
         self._samples: dict[str, dict[str, Any]] = {}
         self._rates: list[dict[str, Any]] = []
         self._error: dict[str, Any] | None = None
@@ -191,6 +192,8 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
     def handle(self, event: ev.Event) -> None:
         """Fold one runtime event into the monitor (any thread); push traits, throttled."""
         with self._lock:
+            if self._own_stats:
+                self._stats_source(event)
             final = self._apply(event)
             self._dirty = True
         self._schedule(immediate=final)
@@ -249,12 +252,6 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
                 self._node_rows(sink).record((event.flow, event.epoch), event.at, int(rows), 1)
             for node, rows in event.node_rows.items():  # counted in the sinks' own jobs: exact
                 self._node_rows(node).record((event.flow, event.epoch), event.at, int(rows), 2)
-            for node, results in event.expectations.items():
-                for name, result in results.items():
-                    totals = self._checks.setdefault(node, {}).setdefault(
-                        name, {"passed": 0, "failed": 0, "action": result.get("action")})
-                    totals["passed"] += int(result.get("passed", 0))
-                    totals["failed"] += int(result.get("failed", 0))
             if self._error and self._error["retriable"] and self._error["flow"] == event.flow:
                 self._error["resolved"] = True  # the retry succeeded: the epoch got through
         elif isinstance(event, ev.EpochFinalized):
@@ -343,16 +340,23 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
             out[node] = {"rows": rows.total, "last_rows": last[1][1] if last else None,
                          "last_epoch": last[0][1] if last else None,
                          "rows_per_sec": round(rate, 1) if rate is not None else None}
-        for node, checks in self._checks.items():
-            out.setdefault(node, {})["expectations"] = {k: dict(v) for k, v in checks.items()}
-        if self.stats is not None:  # one source of truth for totals
-            for node, st in self.stats.snapshot()["nodes"].items():
-                if st["output_rows"] or node in out:
-                    entry = out.setdefault(node, {"last_rows": None, "last_epoch": None, "rows_per_sec": None})
-                    entry["rows"] = st["output_rows"]
-                    if st["expectations"]:
-                        entry["expectations"] = st["expectations"]
+        for node, st in self._stats_source.snapshot()["nodes"].items():
+            if st["expectations"]:
+                out.setdefault(node, {})["expectations"] = st["expectations"]
+            if not self._own_stats and (st["output_rows"] or node in out):  # the run's totals
+                entry = out.setdefault(node, {"last_rows": None, "last_epoch": None, "rows_per_sec": None})
+                entry["rows"] = st["output_rows"]
         return out
+
+    @property
+    def stats(self) -> RunStats:
+        return self._stats_source
+
+    @stats.setter
+    def stats(self, stats: RunStats) -> None:
+        """Attach the run's stats (its bus feeds them)."""
+        with self._lock:
+            self._stats_source, self._own_stats = stats, False
 
     def _push(self) -> None:
         """Send the state to the front end (caller holds the lock)."""
