@@ -50,16 +50,21 @@ class PluginSink(Sink[PluginNodeOptions]):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self._driver: SinkPlugin[Any] | None = None
+        self._jobs: dict[str, PluginJob] = {}
 
     def job(self, df: DataFrame | None = None) -> PluginJob:
+        """The node's job for ``df``'s schema (the planned input schema without one), built once per schema."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        job = node_job("sink", self.ctx.spec.type, self.name, self.options.plugin_options, self.ctx.primary_key,
-                       self.ctx.settings)
         schema = df.schema if df is not None else self.ctx.input_schema
-        if schema is not None:
-            job.input_schema = to_arrow_schema(schema, timezone="UTC")
-        return job
+        key = schema.json() if schema is not None else ""
+        if key not in self._jobs:
+            job = node_job("sink", self.ctx.spec.type, self.name, self.options.plugin_options, self.ctx.primary_key,
+                           self.ctx.settings)
+            if schema is not None:
+                job.input_schema = to_arrow_schema(schema, timezone="UTC")
+            self._jobs[key] = job
+        return self._jobs[key]
 
     def _driver_plugin(self) -> SinkPlugin[Any]:
         if self._driver is None:

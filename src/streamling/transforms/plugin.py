@@ -39,22 +39,21 @@ def _run(job: PluginJob, output: pa.Schema, batches: Iterator[pa.RecordBatch]) -
 class PluginTransform(ArrowTransform[PluginNodeOptions]):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        self._outputs: dict[str, pa.Schema] = {}
+        #: per input schema (its JSON): the job and the output as declared and as Spark holds it —
+        #: resolved once, not at every epoch
+        self._resolved: dict[str, tuple[PluginJob, StructType, pa.Schema]] = {}
 
-    def job(self, input_schema: StructType) -> PluginJob:
-        from pyspark.sql.pandas.types import to_arrow_schema
+    def _resolve(self, input_schema: StructType) -> tuple[PluginJob, StructType, pa.Schema]:
+        key = input_schema.json()
+        if key not in self._resolved:
+            import pyarrow as pa
+            from pyspark.sql.pandas.types import to_arrow_schema
 
-        job = node_job("transform", self.ctx.spec.type, self.name, self.options.plugin_options,
-                       self.ctx.primary_key, self.ctx.settings)
-        job.input_schema = to_arrow_schema(input_schema, timezone="UTC")
-        return job
+            from streamling.spec.types import spark_schema_from_arrow
 
-    def _arrow_output(self, job: PluginJob) -> pa.Schema:
-        import pyarrow as pa
-
-        assert job.input_schema is not None
-        key = job.input_schema.to_string()
-        if key not in self._outputs:
+            job = node_job("transform", self.ctx.spec.type, self.name, self.options.plugin_options,
+                           self.ctx.primary_key, self.ctx.settings)
+            job.input_schema = to_arrow_schema(input_schema, timezone="UTC")
             plugin = job.create("driver")
             assert isinstance(plugin, TransformPlugin)
             try:
@@ -66,18 +65,14 @@ class PluginTransform(ArrowTransform[PluginNodeOptions]):
             if job.input_schema.get_field_index(GS_OP) >= 0 and out.get_field_index(GS_OP) < 0:
                 raise job.error("output_schema() drops the _gs_op column: upserts and deletes travel in it",
                                 hint="keep _gs_op in the output schema and in every batch")
-            self._outputs[key] = out
-        return self._outputs[key]
+            spark_out = spark_schema_from_arrow(out)
+            # What Spark expects back: the declared schema as Spark holds it (e.g. timestamps in UTC).
+            self._resolved[key] = (job, spark_out, to_arrow_schema(spark_out, timezone="UTC"))
+        return self._resolved[key]
 
     def output_schema(self, input_schema: StructType) -> StructType:
-        from streamling.spec.types import spark_schema_from_arrow
-
-        return spark_schema_from_arrow(self._arrow_output(self.job(input_schema)))
+        return self._resolve(input_schema)[1]
 
     def batch_function(self, input_schema: StructType, epoch: Epoch | None) -> BatchFunction:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        job = self.job(input_schema)
-        # What Spark expects back: the declared schema as Spark holds it (e.g. timestamps in UTC).
-        output = to_arrow_schema(self.output_schema(input_schema), timezone="UTC")
+        job, _, output = self._resolve(input_schema)
         return lambda batches: _run(job, output, batches)
