@@ -120,11 +120,12 @@ def _data_source_class() -> type:
                 self.job.on_executor("close()", plugin.close)
 
         def commit(self, end: dict[str, Any]) -> None:
+            # Spark will not plan anything up to ``end`` again: drop the batches read ahead for it.
             done = offset_json(end[WRAP])
-            keys = list(self.cache)
-            if any(k[1] == done for k in keys):
-                for k in keys[:[k[1] for k in keys].index(done) + 1]:
-                    self.cache.pop(k, None)
+            ends = [k[1] for k in self.cache]
+            if done in ends:
+                for key in list(self.cache)[:ends.index(done) + 1]:
+                    del self.cache[key]
 
         def stop(self) -> None:
             if self.plugin is not None:
