@@ -106,13 +106,17 @@ class EventBus:
         #: rows kept per node per epoch when > 0 (the notebook and live inspect turn this on); one
         #: small ``limit`` job per node per sampled epoch.
         self.sample_rows = 0
+        #: rows kept of one node per sampled epoch when it needs more than ``sample_rows`` (a notebook
+        #: ``%streamling display`` of its latest rows); a node listed here is sampled even when
+        #: ``sample_rows`` is 0.
+        self.node_sample_rows: dict[str, int] = {}
         #: at most one sampled epoch per flow every this many seconds (0: every epoch).
         self.sample_every_secs = 0.0
         self._sampled_at: dict[str, float] = {}
 
     def wants_sample(self, flow: str) -> bool:
         """Whether this epoch of ``flow`` is sampled (sampling on, and its interval passed)."""
-        if self.sample_rows <= 0:
+        if self.sample_rows <= 0 and not any(n > 0 for n in list(self.node_sample_rows.values())):
             return False
         now = time.monotonic()
         last = self._sampled_at.get(flow)
@@ -120,6 +124,10 @@ class EventBus:
             return False
         self._sampled_at[flow] = now
         return True
+
+    def rows_to_sample(self, node: str) -> int:
+        """Rows kept of ``node`` in a sampled epoch (0: the node is not sampled)."""
+        return max(self.sample_rows, self.node_sample_rows.get(node, 0))
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         with self._lock:

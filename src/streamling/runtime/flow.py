@@ -578,8 +578,10 @@ class FlowRunner:
 
     def _sample(self, epoch: Epoch, frames: dict[str, DataFrame], observed: dict[str, dict[str, Any]]) -> None:
         """A few rows of every node (notebook monitor, live inspect); counts come from the observations."""
-        n = self.bus.sample_rows
         for name, df in frames.items():
+            n = self.bus.rows_to_sample(name)
+            if n <= 0:
+                continue
             try:
                 table = df.limit(n).toArrow()
             except Exception:  # noqa: BLE001 - sampling is best effort, never fails the epoch
