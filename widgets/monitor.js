@@ -42,7 +42,8 @@ function fmtCompact(n) {
   if (a >= 1e9) return (n / 1e9).toFixed(a >= 1e10 ? 0 : 1) + "G";
   if (a >= 1e6) return (n / 1e6).toFixed(a >= 1e7 ? 0 : 1) + "M";
   if (a >= 1e3) return (n / 1e3).toFixed(a >= 1e4 ? 0 : 1) + "k";
-  return a >= 10 || n === 0 ? Math.round(n).toString() : n.toFixed(1);
+  // Counts are integers and print as such ("9 rows"); only a fractional rate gets a decimal.
+  return a >= 10 || Number.isInteger(n) ? Math.round(n).toString() : n.toFixed(1);
 }
 const fmtRate = (r) => (r === null || r === undefined ? "— rows/s" : fmtCompact(r) + " rows/s");
 function fmtMs(ms) {
@@ -65,6 +66,48 @@ function fmtOffset(v) {
 function truncate(text, n) {
   return text.length > n ? text.slice(0, n - 1) + "…" : text;
 }
+
+// Where an epoch's time went, named: Spark's own phases (from its progress report, once the epoch
+// is finalized) around the foreachBatch work streamling measures (transforms, each sink, and the
+// sampling and row counting it does after the writes).
+const SEGMENTS = {
+  read: "source offsets & read",
+  plan: "Spark planning",
+  wal: "offset log write",
+  transforms: "transforms",
+  sink: "sink",
+  bookkeeping: "sampling & row counts",
+  spark: "Spark batch overhead",
+  commit: "commit",
+  other: "Spark other",
+};
+function breakdown(e) {
+  const d = e.durations_ms || {};
+  const sp = e.spark_ms || {};
+  const sinks = Object.keys(e.rows || {});
+  const parts = [];
+  const add = (key, label, ms) => {
+    if (typeof ms === "number" && ms >= 0.5) parts.push({ key, label, ms });
+  };
+  const spark = typeof sp.triggerExecution === "number";
+  if (spark) {
+    add("read", SEGMENTS.read, (sp.latestOffset || 0) + (sp.getBatch || 0));
+    add("plan", SEGMENTS.plan, sp.queryPlanning);
+    add("wal", SEGMENTS.wal, sp.walCommit);
+  }
+  add("transforms", SEGMENTS.transforms, d.transforms);
+  for (const k of sinks) add("sink", `sink ${k}`, d[k]);
+  if (typeof d.total === "number")
+    add("bookkeeping", SEGMENTS.bookkeeping, d.total - (d.transforms || 0) - sinks.reduce((a, k) => a + (d[k] || 0), 0));
+  if (spark) {
+    if (typeof sp.addBatch === "number" && typeof d.total === "number") add("spark", SEGMENTS.spark, sp.addBatch - d.total);
+    add("commit", SEGMENTS.commit, sp.commitOffsets);
+    add("other", SEGMENTS.other, sp.triggerExecution - parts.reduce((a, p) => a + p.ms, 0));
+  }
+  return parts;
+}
+const epochTotal = (e) =>
+  e.spark_ms && typeof e.spark_ms.triggerExecution === "number" ? e.spark_ms.triggerExecution : (e.durations_ms || {}).total || 0;
 
 // --- DAG ------------------------------------------------------------------------------------------
 
@@ -105,10 +148,21 @@ function render({ model, el }) {
   const title = h("span", { class: "sl-title" });
   const status = h("span", { class: "sl-status", "data-testid": "sl-status" });
   const headline = h("span", { class: "sl-headline" });
+  const stopButton = h("button", { class: "sl-button", "data-testid": "sl-stop", type: "button", text: "Stop", title: "stop after the epoch in flight" });
+  const restartButton = h("button", {
+    class: "sl-button", "data-testid": "sl-restart", type: "button", text: "Restart",
+    title: "stop, then run the cells' current definitions from the last finalized epoch",
+  });
+  const liveBadge = h("span", { class: "sl-live", "data-testid": "sl-live" });
+  const controls = h("span", { class: "sl-controls" }, liveBadge, stopButton, restartButton);
   const errorBox = h("div", { class: "sl-error", "data-testid": "sl-error", role: "alert" });
   const dag = h("div", { class: "sl-dag" });
   const rates = h("div", { class: "sl-rates", "data-testid": "sl-rate-chart" });
   const rateLegend = h("div", { class: "sl-legend" });
+  let chart = "rates"; // or "durations"
+  const ratesTab = h("button", { class: "sl-tab", type: "button", "data-testid": "sl-tab-rates", text: "Input vs processing rate" });
+  const durationsTab = h("button", { class: "sl-tab", type: "button", "data-testid": "sl-tab-durations", text: "Batch duration" });
+  const chartTabs = h("div", { class: "sl-tabs", role: "tablist" }, ratesTab, durationsTab);
   const timeline = h("div", { class: "sl-timeline" });
   const select = h("select", { class: "sl-select", "data-testid": "sl-node-select", "aria-label": "node" });
   const sampleMeta = h("span", { class: "sl-muted" });
@@ -116,7 +170,7 @@ function render({ model, el }) {
   const root = h(
     "div",
     { class: "sl-monitor", "data-testid": "sl-monitor" },
-    h("header", { class: "sl-head" }, title, status, headline),
+    h("header", { class: "sl-head" }, title, status, headline, controls),
     errorBox,
     h(
       "div",
@@ -125,7 +179,7 @@ function render({ model, el }) {
       h(
         "section",
         { class: "sl-panel sl-panel-rates" },
-        h("div", { class: "sl-panel-head" }, h("h4", { text: "Input vs processing rate" }), rateLegend),
+        h("div", { class: "sl-panel-head" }, chartTabs, rateLegend),
         rates,
       ),
       h(
@@ -147,11 +201,30 @@ function render({ model, el }) {
   // Node boxes keep references to their text, so stats updates do not rebuild the SVG.
   let boxes = {};
 
+  // A kernel answers the ping; a notebook reopened from its saved widget state has none, and then
+  // shows what was saved as a snapshot instead of a frozen "running" badge.
+  let live = null; // null: not known yet
+  function renderControls() {
+    const allowed = model.get("controls") || [];
+    const st = model.get("status") || "";
+    const running = st.startsWith("running") || st.startsWith("starting") || st.startsWith("restarting");
+    stopButton.hidden = live === false || !allowed.includes("stop");
+    restartButton.hidden = live === false || !allowed.includes("restart");
+    stopButton.disabled = !running || st.startsWith("stopping") || st.startsWith("restarting");
+    restartButton.disabled = st.startsWith("restarting") || st.startsWith("stopping");
+    liveBadge.hidden = live !== false;
+    liveBadge.dataset.live = live === false ? "false" : "true";
+    liveBadge.textContent = live === false ? "saved snapshot · not live" : "";
+  }
+
   function renderHead() {
     title.textContent = model.get("title") || "streamling";
-    const st = model.get("status") || "";
+    let st = model.get("status") || "";
+    if (live === false && /^(running|starting|restarting)/.test(st)) st = "not running (saved while running)";
     status.textContent = st;
-    status.dataset.state = st.startsWith("fail")
+    status.dataset.state = live === false && st.startsWith("not running")
+      ? "done"
+      : st.startsWith("fail")
       ? "failed"
       : st.startsWith("running")
         ? "running"
@@ -164,6 +237,7 @@ function render({ model, el }) {
     headline.textContent = last
       ? `${done.length} finalized epoch${done.length === 1 ? "" : "s"} shown · last #${last.epoch} at ${fmtClock(last.finalized_at)}`
       : "no finalized epoch yet";
+    renderControls();
     const err = model.get("error");
     errorBox.hidden = !err;
     errorBox.replaceChildren();
@@ -275,6 +349,60 @@ function render({ model, el }) {
     for (const [name, box] of Object.entries(boxes)) box.g.classList.toggle("sl-selected", name === selected);
   }
 
+  // Epoch rows open a detail row (its time breakdown, full offsets and Spark's progress report);
+  // kept open across re-renders. Progress reports are fetched from the kernel on demand.
+  const expanded = new Set();
+  const progressJson = {};
+  const epochKey = (e) => `${e.flow}\u0000${e.epoch}`;
+
+  function segmentBar(parts, longest) {
+    const bar = h("div", { class: "sl-bar", title: parts.map((p) => `${p.label}: ${fmtMs(p.ms)}`).join("\n") });
+    for (const p of parts)
+      bar.append(h("span", { class: `sl-seg sl-seg-${p.key}`, style: `width:${Math.max(0, (100 * p.ms) / longest)}%` }));
+    return bar;
+  }
+
+  function epochDetail(e, parts, columns) {
+    const key = epochKey(e);
+    const rows = parts.map((p) =>
+      h("tr", {}, h("td", {}, h("span", { class: `sl-swatch sl-seg-${p.key}` }), p.label), h("td", { class: "sl-num", text: fmtMs(p.ms) })),
+    );
+    const total = epochTotal(e);
+    if (total) rows.push(h("tr", { class: "sl-total" }, h("td", { text: "total" }), h("td", { class: "sl-num", text: fmtMs(total) })));
+    const offsets = Object.entries(e.offsets || {}).map(([k, v]) => h("div", {}, h("strong", { text: `${k} ` }), fmtOffset(v)));
+    const progress = h("pre", { class: "sl-progress-json", "data-testid": "sl-progress-json" });
+    const button = h("button", {
+      class: "sl-button", type: "button", "data-testid": "sl-progress-button", text: "Spark progress JSON",
+      disabled: e.state !== "finalized" || live === false,
+      onclick: (ev) => {
+        ev.stopPropagation();
+        if (progressJson[key] !== undefined) {
+          progress.hidden = !progress.hidden;
+          return;
+        }
+        progress.textContent = "loading…";
+        send({ action: "progress", flow: e.flow, epoch: e.epoch });
+      },
+    });
+    if (progressJson[key] !== undefined) progress.textContent = progressJson[key] || "no progress report kept for this epoch";
+    else progress.hidden = true;
+    return h(
+      "tr",
+      { class: "sl-epoch-detail", "data-testid": "sl-epoch-detail", "data-epoch": e.epoch },
+      h(
+        "td",
+        { colspan: columns },
+        h(
+          "div",
+          { class: "sl-detail" },
+          h("div", {}, h("h5", { text: "Where the time went" }), parts.length ? h("table", { class: "sl-table sl-breakdown" }, h("tbody", {}, rows)) : h("div", { class: "sl-muted", text: "not measured yet" })),
+          h("div", { class: "sl-detail-offsets" }, h("h5", { text: "End offsets" }), offsets.length ? offsets : h("div", { class: "sl-muted", text: "—" })),
+          h("div", { class: "sl-detail-progress" }, button, progress),
+        ),
+      ),
+    );
+  }
+
   function renderEpochs() {
     const epochs = (model.get("epochs") || []).slice().reverse();
     const multiFlow = new Set(epochs.map((e) => e.flow)).size > 1;
@@ -282,8 +410,9 @@ function render({ model, el }) {
       timeline.replaceChildren(h("div", { class: "sl-empty", text: "waiting for the first epoch" }));
       return;
     }
-    const longest = Math.max(1, ...epochs.map((e) => (e.durations_ms && e.durations_ms.total) || 0));
+    const longest = Math.max(1, ...epochs.map(epochTotal));
     const body = h("tbody");
+    const headers = ["epoch", "progress", "rows", "duration", "source offsets"];
     for (const e of epochs) {
       const reached = STATES.indexOf(e.state);
       const times = [e.planned_at, e.flushed_at, e.finalized_at];
@@ -301,36 +430,32 @@ function render({ model, el }) {
           });
         }),
       );
+      const parts = breakdown(e);
+      const total = epochTotal(e);
       const d = e.durations_ms || {};
+      const sp = e.spark_ms || {};
+      const durText = typeof sp.triggerExecution === "number"
+        ? `${fmtMs(sp.triggerExecution)} Spark batch` + (d.total ? ` · ${fmtMs(d.total)} in foreachBatch` : "")
+        : d.total ? `${fmtMs(d.total)} in foreachBatch` : "";
+      const top = parts.slice().sort((a, b) => b.ms - a.ms).slice(0, 3).map((p) => `${p.label} ${fmtMs(p.ms)}`).join(" · ");
       const sinkNames = Object.keys(e.rows || {});
-      const tip = [
-        ...Object.entries(d).map(([k, v]) => `${k}: ${fmtMs(v)}`),
-        ...Object.entries(e.spark_ms || {}).map(([k, v]) => `spark ${k}: ${fmtMs(v)}`),
-      ].join("\n");
-      // What the total spends outside the transforms and sinks (e.g. the monitor's row sampling).
-      const other = d.total ? Math.max(0, d.total - (d.transforms || 0) - sinkNames.reduce((a, k) => a + (d[k] || 0), 0)) : 0;
-      const bar = h("div", { class: "sl-bar", title: tip });
-      if (d.total) {
-        const scale = (v) => `${Math.max(0, (100 * v) / longest)}%`;
-        bar.append(h("span", { class: "sl-bar-transforms", style: `width:${scale(d.transforms || 0)}` }));
-        for (const sink of sinkNames)
-          bar.append(h("span", { class: "sl-bar-sink", style: `width:${scale(d[sink] || 0)}` }));
-        bar.append(h("span", { class: "sl-bar-other", style: `width:${scale(other)}` }));
-      }
-      const trigger = e.spark_ms && e.spark_ms.triggerExecution !== undefined ? ` · Spark batch ${fmtMs(e.spark_ms.triggerExecution)}` : "";
-      const durText = d.total ? `${fmtMs(d.total)} in foreachBatch${trigger}` : trigger.slice(3);
-      const parts = d.total
-        ? [`transforms ${fmtMs(d.transforms)}`, ...sinkNames.map((k) => `${k} ${fmtMs(d[k])}`), other >= 1 ? `other ${fmtMs(other)}` : null]
-            .filter(Boolean)
-            .join(" · ")
-        : "";
       const rowsOut = sinkNames.map((k) => `${k} ${fmtInt(e.rows[k])}`).join(", ");
       const offsets = Object.entries(e.offsets || {}).map(([k, v]) => `${k} ${fmtOffset(v)}`);
+      const key = epochKey(e);
+      const open = expanded.has(key);
       body.append(
         h(
           "tr",
-          { "data-testid": "sl-epoch", "data-epoch": e.epoch, "data-state": e.state, "data-flow": e.flow, class: `sl-epoch-${e.state}` },
-          h("td", { class: "sl-num" }, h("strong", { text: `#${e.epoch}` }), multiFlow ? h("div", { class: "sl-muted", text: e.flow }) : null),
+          {
+            "data-testid": "sl-epoch", "data-epoch": e.epoch, "data-state": e.state, "data-flow": e.flow,
+            class: `sl-epoch-${e.state} sl-epoch-row${open ? " sl-open" : ""}`, title: "click for the breakdown and Spark's progress report",
+            onclick: () => {
+              if (expanded.has(key)) expanded.delete(key);
+              else expanded.add(key);
+              renderEpochs();
+            },
+          },
+          h("td", { class: "sl-num" }, h("span", { class: "sl-caret", text: open ? "▾ " : "▸ " }), h("strong", { text: `#${e.epoch}` }), multiFlow ? h("div", { class: "sl-muted", text: e.flow }) : null),
           h("td", {}, steps),
           h(
             "td",
@@ -338,15 +463,16 @@ function render({ model, el }) {
             h("div", { text: e.input_rows === null || e.input_rows === undefined ? "—" : `${fmtInt(e.input_rows)} in` }),
             rowsOut ? h("div", { class: "sl-muted", text: `→ ${rowsOut}` }) : null,
           ),
-          h("td", { class: "sl-dur" }, d.total ? bar : null, h("div", { text: durText }), parts ? h("div", { class: "sl-muted", text: parts }) : null),
-          h("td", { class: "sl-offsets", title: offsets.join("\n") }, offsets.map((o) => h("div", { text: truncate(o, 60) }))),
+          h("td", { class: "sl-dur" }, total ? segmentBar(parts, longest) : null, h("div", { text: durText }), top ? h("div", { class: "sl-muted", text: top }) : null),
+          h("td", { class: "sl-offsets" }, offsets.map((o) => h("div", { text: o }))),
         ),
       );
+      if (open) body.append(epochDetail(e, parts, headers.length));
     }
     const table = h(
       "table",
-      { class: "sl-table" },
-      h("thead", {}, h("tr", {}, ["epoch", "progress", "rows", "duration", "source offsets"].map((t) => h("th", { text: t })))),
+      { class: "sl-table sl-epochs-table" },
+      h("thead", {}, h("tr", {}, headers.map((t) => h("th", { text: t })))),
       body,
     );
     timeline.replaceChildren(table);
@@ -403,6 +529,60 @@ function render({ model, el }) {
     sample.replaceChildren(h("table", { class: "sl-table sl-sample-table" }, h("thead", {}, head), body));
   }
 
+  function renderCharts() {
+    ratesTab.classList.toggle("sl-tab-on", chart === "rates");
+    durationsTab.classList.toggle("sl-tab-on", chart === "durations");
+    rateLegend.hidden = chart !== "rates";
+    rates.dataset.testid = chart === "rates" ? "sl-rate-chart" : "sl-duration-chart";
+    if (chart === "rates") renderRates();
+    else renderDurations();
+  }
+
+  function renderDurations() {
+    const epochs = (model.get("epochs") || []).filter((e) => e.state === "finalized").slice(-30);
+    if (!epochs.length) {
+      rates.replaceChildren(h("div", { class: "sl-empty", text: "waiting for the first finalized epoch" }));
+      return;
+    }
+    const W = 460;
+    const H = 180;
+    const m = { l: 46, r: 12, t: 10, b: 24 };
+    const svg = s("svg", { class: "sl-rate-svg", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "batch duration per epoch" });
+    const top = Math.max(1, ...epochs.map(epochTotal));
+    const step = Math.pow(10, Math.floor(Math.log10(top)));
+    const ymax = Math.ceil(top / step) * step;
+    const y = (v) => H - m.b - (v / ymax) * (H - m.t - m.b);
+    for (let i = 0; i <= 4; i++) {
+      const v = (ymax * i) / 4;
+      svg.append(
+        s("line", { class: "sl-grid-line", x1: m.l, x2: W - m.r, y1: y(v), y2: y(v) }),
+        s("text", { class: "sl-axis", x: m.l - 6, y: y(v) + 3, "text-anchor": "end", text: fmtMs(v) }),
+      );
+    }
+    const slot = (W - m.l - m.r) / epochs.length;
+    const barW = Math.max(2, Math.min(24, slot * 0.7));
+    const seen = new Map();
+    epochs.forEach((e, i) => {
+      const x = m.l + i * slot + (slot - barW) / 2;
+      let acc = 0;
+      for (const p of breakdown(e)) {
+        seen.set(p.key, p.key === "sink" ? "sinks" : p.label);
+        svg.append(
+          s("rect", { class: `sl-seg sl-seg-${p.key}`, x: x.toFixed(1), width: barW.toFixed(1), y: y(acc + p.ms).toFixed(1), height: Math.max(0, y(acc) - y(acc + p.ms)).toFixed(1) },
+            s("title", { text: `#${e.epoch} ${p.label}: ${fmtMs(p.ms)}` })),
+        );
+        acc += p.ms;
+      }
+    });
+    svg.append(
+      s("text", { class: "sl-axis", x: m.l, y: H - 6, text: `#${epochs[0].epoch}` }),
+      s("text", { class: "sl-axis", x: W - m.r, y: H - 6, "text-anchor": "end", text: `#${epochs[epochs.length - 1].epoch}` }),
+      s("text", { class: "sl-axis", x: (W + m.l - m.r) / 2, y: H - 6, "text-anchor": "middle", text: "Spark batch time per finalized epoch" }),
+    );
+    const legend = h("div", { class: "sl-seg-legend" }, [...seen].map(([key, label]) => h("span", {}, h("span", { class: `sl-swatch sl-seg-${key}` }), label)));
+    rates.replaceChildren(svg, legend);
+  }
+
   function renderRates() {
     const points = model.get("rates") || [];
     const W = 460;
@@ -454,6 +634,45 @@ function render({ model, el }) {
     rates.replaceChildren(svg);
   }
 
+  function send(content) {
+    try {
+      model.send(content);
+    } catch (err) {
+      live = false; // no kernel behind the model
+      renderHead();
+    }
+  }
+  function onMessage(msg) {
+    if (!msg || typeof msg !== "object") return;
+    if (msg.type === "pong") {
+      live = true;
+      renderHead();
+    } else if (msg.type === "progress") {
+      progressJson[`${msg.flow}\u0000${msg.epoch}`] = msg.json;
+      renderEpochs();
+    }
+  }
+  model.on("msg:custom", onMessage);
+  send({ action: "ping" });
+  const pingTimer = setTimeout(() => {
+    if (live === null) {
+      live = false;
+      renderHead();
+      renderEpochs();
+    }
+  }, 5000);
+  stopButton.addEventListener("click", () => {
+    stopButton.disabled = true;
+    send({ action: "stop" });
+  });
+  restartButton.addEventListener("click", () => {
+    restartButton.disabled = true;
+    stopButton.disabled = true;
+    send({ action: "restart" });
+  });
+  ratesTab.addEventListener("click", () => ((chart = "rates"), renderCharts()));
+  durationsTab.addEventListener("click", () => ((chart = "durations"), renderCharts()));
+
   function onSelect() {
     model.set("selected_node", select.value);
     model.save_changes();
@@ -461,13 +680,13 @@ function render({ model, el }) {
   select.addEventListener("change", onSelect);
 
   const handlers = [
-    ["change:title change:status change:error", renderHead],
+    ["change:title change:status change:error change:controls", renderHead],
     ["change:graph", () => (renderDag(), renderSample())],
     ["change:node_stats", renderStats],
-    ["change:epochs", () => (renderEpochs(), renderHead())],
+    ["change:epochs", () => (renderEpochs(), renderHead(), chart === "durations" && renderDurations())],
     ["change:samples", renderSample],
     ["change:selected_node", () => (renderSelection(), renderSample())],
-    ["change:rates", renderRates],
+    ["change:rates", () => chart === "rates" && renderRates()],
   ];
   for (const [events, fn] of handlers) for (const name of events.split(" ")) model.on(name, fn);
 
@@ -475,9 +694,11 @@ function render({ model, el }) {
   renderDag();
   renderEpochs();
   renderSample();
-  renderRates();
+  renderCharts();
 
   return () => {
+    clearTimeout(pingTimer);
+    model.off("msg:custom", onMessage);
     for (const [events, fn] of handlers) for (const name of events.split(" ")) model.off(name, fn);
     select.removeEventListener("change", onSelect);
   };

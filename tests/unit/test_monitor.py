@@ -158,7 +158,78 @@ def test_epoch_record_holds_durations_rows_and_offsets() -> None:
         "finalized_at": 101.3, "durations_ms": {"transforms": 12.0, "out": 30.0, "total": 45.5},
         "spark_ms": {"triggerExecution": 400.0}, "rows": {"out": 250}, "input_rows": 500,
         "offsets": {"orders": {"offset": 500}}, "input_rate": 1000.0, "processing_rate": 1250.0}
-    assert m.rates == [{"t": 101.3, "flow": "orders", "input": 1000.0, "processing": 1250.0}]
+    # The chart's input is the source's rows/s as its node box shows it (500 rows in 1.3 s since the
+    # start); processing stays Spark's rows per second of batch time.
+    assert m.rates == [{"t": 101.3, "flow": "orders", "input": 384.6, "processing": 1250.0}]
+    assert m.node_stats["orders"]["rows_per_sec"] == 384.6
+
+
+def test_the_rate_chart_and_the_source_box_agree() -> None:
+    m = _monitor()
+    m.handle(ev.FlowStarted("orders", query_id="q", sources=["orders"], sinks=["out"], bounded=False, at=0.0))
+    for epoch, rows in enumerate([100, 300, 50, 700]):
+        at = 2.0 * (epoch + 1)
+        m.handle(ev.EpochPlanned("orders", epoch=epoch, at=at - 1))
+        m.handle(ev.EpochFlushed("orders", epoch=epoch, rows={"out": rows}, durations_ms={"total": 5},
+                                 node_rows={"orders": rows, "big": rows}, at=at - 0.5))
+        m.handle(ev.EpochFinalized("orders", epoch=epoch, input_rows=rows, offsets={}, durations_ms={},
+                                   input_rows_per_second=9999.0, processed_rows_per_second=1.0, at=at))
+        m.flush()
+        assert m.rates[-1]["input"] == m.node_stats["orders"]["rows_per_sec"]
+    assert m.rates[-1]["input"] == round(1150 / 7.5, 1)
+
+
+def test_spark_progress_is_sent_on_request_and_buttons_call_the_controller() -> None:
+    m = _monitor()
+    sent: list[dict[str, Any]] = []
+    m.send = lambda content, buffers=None: sent.append(content)  # type: ignore[method-assign]
+    m.handle(ev.FlowStarted("orders", query_id="q", sources=["orders"], sinks=["out"], bounded=False, at=0.0))
+    m.handle(ev.EpochPlanned("orders", epoch=0, at=1.0))
+    m.handle(ev.EpochFlushed("orders", epoch=0, rows={"out": 1}, durations_ms={"total": 5}, at=1.5))
+    progress = {"batchId": 0, "durationMs": {"triggerExecution": 40}, "sources": [{"endOffset": "{\"v\":1}"}]}
+    m.handle(ev.EpochFinalized("orders", epoch=0, input_rows=1, offsets={}, durations_ms={}, progress=progress, at=2.0))
+    m._handle_custom_msg({"action": "ping"}, [])
+    m._handle_custom_msg({"action": "progress", "flow": "orders", "epoch": 0}, [])
+    m._handle_custom_msg({"action": "progress", "flow": "orders", "epoch": 7}, [])
+    assert sent[0] == {"type": "pong"}
+    assert json.loads(sent[1]["json"]) == progress and sent[1]["epoch"] == 0
+    assert sent[2]["json"] is None
+
+    assert m.controls == []
+    m._handle_custom_msg({"action": "stop"}, [])  # no controller: nothing happens
+    pressed: queue.Queue[str] = queue.Queue()
+
+    def controller(action: str) -> None:
+        pressed.put(action)
+        if action == "restart":
+            raise ValueError("cell 'big' no longer validates")
+
+    m.set_controller(controller)
+    assert m.controls == ["stop", "restart"]
+    m._handle_custom_msg({"action": "stop"}, [])
+    m._handle_custom_msg({"action": "restart"}, [])
+    m._handle_custom_msg({"action": "rm -rf"}, [])
+    assert {pressed.get(timeout=5), pressed.get(timeout=5)} == {"stop", "restart"}
+    deadline = time.monotonic() + 5
+    while not (m.error and "restart failed" in m.error["message"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert m.error is not None and "no longer validates" in m.error["message"]
+    assert pressed.empty()
+
+
+def test_reset_starts_a_new_run_over() -> None:
+    m = _monitor()
+    m.handle(ev.FlowStarted("orders", query_id="q", sources=["orders"], sinks=["out"], bounded=False, at=0.0))
+    m.handle(ev.EpochPlanned("orders", epoch=0, at=1.0))
+    m.handle(ev.EpochFlushed("orders", epoch=0, rows={"out": 5}, durations_ms={"total": 5},
+                             node_rows={"orders": 5}, at=1.5))
+    m.show_error("boom")
+    edited = {"flows": [DESCRIPTION["flows"][0]],
+              "nodes": {k: v for k, v in DESCRIPTION["nodes"].items() if k in ("orders", "big", "out")}}
+    m.reset(edited)
+    assert (m.epochs, m.node_stats, m.samples, m.rates, m.error, m.status) == ([], {}, {}, [], None, "starting")
+    assert sorted(n["name"] for n in m.graph["nodes"]) == ["big", "orders", "out"]
+    assert m.selected_node == "big"
 
 
 def test_a_progress_report_for_an_epoch_in_flight_is_not_its_commit() -> None:

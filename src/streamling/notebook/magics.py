@@ -248,10 +248,12 @@ class StreamlingMagics(Magics):
             from ipywidgets import Output
 
             printed = Output(layout={"max_height": "240px", "overflow": "auto"})
+        print_out = cast(TextIO, _WidgetStream(printed)) if printed is not None else None
         nb.start(rows=args.rows, seconds=args.seconds, sample_rows=args.sample or self.sample_rows, monitor=monitor,
-                 print_out=cast(TextIO, _WidgetStream(printed)) if printed is not None else None)
+                 print_out=print_out)
         if monitor is not None:
             monitor.set_status("running")
+            monitor.set_controller(lambda action: self._control(action, args, print_out))
             if not args.wait:
                 display(monitor)
                 if printed is not None and any(body.get("type") == "print"
@@ -264,6 +266,26 @@ class StreamlingMagics(Magics):
         if args.wait:
             return self._wait(args.timeout)
         return None
+
+    def _control(self, action: str, args: argparse.Namespace, print_out: TextIO | None) -> None:
+        """The monitor's buttons: stop the run, or stop it and start the cells' current definitions
+        again on the same checkpoints (an edited transform takes over where the last epoch ended)."""
+        nb = self.pipeline
+        monitor = nb.monitor
+        running = nb.current is not None and nb.current.active
+        if action == "stop":
+            if running:
+                nb.stop()
+            return
+        if action != "restart" or monitor is None:
+            return
+        if running:
+            monitor.set_status("restarting: waiting for the epoch in flight")
+            nb.stop()
+        monitor.reset(nb.plan().describe())
+        nb.start(rows=args.rows, seconds=args.seconds, sample_rows=args.sample or self.sample_rows, monitor=monitor,
+                 print_out=print_out)
+        monitor.set_status("running")
 
     def _wait(self, timeout: float | None) -> Any:
         nb = self.pipeline

@@ -6,9 +6,12 @@ the synced traits are pushed from that state at most a few times a second (the l
 always pushed: a trailing timer catches whatever the throttle held back). Trait sets from
 background threads are the documented ipywidgets pattern; nothing here prints.
 
-The front end (``widgets/monitor.js`` + ``monitor.css``) draws the DAG, the epoch timeline, the
-sampled rows of one node and the input/processing rate chart. Headless renderers (nbval,
-nbconvert, jobs) cannot run it, so ``_repr_mimebundle_`` also carries a text and an HTML summary.
+The front end (``widgets/monitor.js`` + ``monitor.css``) draws the DAG, the epoch timeline with
+each epoch's breakdown and Spark progress, the sampled rows of one node, and the rate and batch
+duration charts; its stop and restart buttons call the controller the magics attach. Headless
+renderers (nbval, nbconvert, jobs) cannot run it, so ``_repr_mimebundle_`` also carries a text and
+an HTML summary. A notebook saved with its widget state reopens showing the saved state, marked as
+not live (the front end finds no kernel answering its ping).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -150,6 +154,8 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
     #: the last error: {flow, node, message, retriable, attempt, at, resolved} or None; ``resolved``
     #: once a retried flow flushed an epoch again
     error = traitlets.Any(None, allow_none=True).tag(sync=True)
+    #: the buttons the front end offers ("stop", "restart"); empty without a controller
+    controls: traitlets.List[str] = traitlets.List().tag(sync=True)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -169,6 +175,10 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
         self._last_push = 0.0
         self._timer: threading.Timer | None = None
         self._dirty = False
+        #: Spark's progress report per epoch, sent to the front end only when asked for (not synced)
+        self._progress: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
+        self._controller: Callable[[str], None] | None = None
+        self.on_msg(self._on_message)
 
     # --- construction -----------------------------------------------------------------------------
 
@@ -181,11 +191,81 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
         # The most interesting in-flight batch by default: the last transform (the sinks' input).
         transforms = [n for n in sampled if kinds[n] == "transform"]
         monitor = cls(title=title, graph=graph, selected_node=(transforms or sampled or [""])[-1])
-        for flow in description.get("flows") or []:
-            monitor._flows[flow["name"]] = {"sources": list(flow.get("sources") or []),
-                                            "sinks": list(flow.get("sinks") or []),
-                                            "started_at": None, "stopped": None}
+        monitor._set_flows(description)
         return monitor
+
+    def _set_flows(self, description: dict[str, Any]) -> None:
+        for flow in description.get("flows") or []:
+            self._flows[flow["name"]] = {"sources": list(flow.get("sources") or []),
+                                         "sinks": list(flow.get("sinks") or []), "started_at": None, "stopped": None}
+
+    def reset(self, description: dict[str, Any]) -> None:
+        """Start over for a new run of a (possibly edited) pipeline: new graph, no epochs or rows."""
+        graph = plan_graph(description)
+        with self._lock:
+            self._epochs.clear()
+            self._rows.clear()
+            self._samples.clear()
+            self._rates.clear()
+            self._progress.clear()
+            self._flows.clear()
+            self._error = None
+            self._status = "starting"
+            self._stats_source, self._own_stats = RunStats(), True
+            self._set_flows(description)
+            self.graph = graph
+            names = {n["name"] for n in graph["nodes"] if n["kind"] != "sink"}
+            if self.selected_node not in names:
+                transforms = [n["name"] for n in graph["nodes"] if n["kind"] == "transform"]
+                self.selected_node = (transforms or sorted(names) or [""])[-1]
+            self._dirty = True
+        self._schedule(immediate=True)
+
+    # --- controls ---------------------------------------------------------------------------------
+
+    def set_controller(self, controller: Callable[[str], None] | None,
+                       actions: Sequence[str] = ("stop", "restart")) -> None:
+        """``controller(action)`` runs when a button is pressed (in a thread of its own, so a stop
+        that waits for the epoch in flight never blocks the kernel)."""
+        self._controller = controller
+        self.controls = list(actions) if controller is not None else []
+
+    def show_error(self, message: str, node: str | None = None) -> None:
+        """A failure outside any flow (e.g. a restart whose pipeline no longer validates)."""
+        with self._lock:
+            self._error = {"flow": None, "node": node, "message": message, "retriable": False, "attempt": 0,
+                           "at": time.time(), "resolved": False}
+            self._dirty = True
+        self._schedule(immediate=True)
+
+    def _on_message(self, _widget: Any, content: Any, _buffers: Sequence[bytes]) -> None:
+        """Requests from the front end: ``ping`` (am I live?), ``progress`` of an epoch, a button."""
+        if not isinstance(content, dict):
+            return
+        action = content.get("action")
+        if action == "ping":
+            self.send({"type": "pong"})
+        elif action == "progress":
+            key = (str(content.get("flow")), int(content.get("epoch", -1)))
+            with self._lock:
+                progress = self._progress.get(key)
+            self.send({"type": "progress", "flow": key[0], "epoch": key[1],
+                       "json": json.dumps(json_safe(progress), indent=2) if progress is not None else None})
+        elif action in self.controls and self._controller is not None:
+            threading.Thread(target=self._control, args=(str(action),), name=f"streamling-monitor-{action}",
+                             daemon=True).start()
+
+    def _control(self, action: str) -> None:
+        controller = self._controller
+        if controller is None:
+            return
+        try:
+            controller(action)
+        except Exception as exc:  # noqa: BLE001 - shown in the widget: a button has no cell to fail
+            from streamling.notebook.magics import one_line
+
+            log.debug("monitor %s failed", action, exc_info=True)
+            self.show_error(f"{action} failed: {one_line(exc)}")
 
     # --- events -----------------------------------------------------------------------------------
 
@@ -289,10 +369,20 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
                       spark_ms={k: round(float(v), 1) for k, v in event.durations_ms.items()},
                       input_rate=round(float(event.input_rows_per_second), 1),
                       processing_rate=round(float(event.processed_rows_per_second), 1))
+        if event.progress:
+            self._progress[(event.flow, event.epoch)] = dict(event.progress)
+            while len(self._progress) > MAX_EPOCHS:
+                self._progress.popitem(last=False)
         sources = self._flow(event.flow)["sources"]
         if len(sources) == 1:  # a multi-source flow's input is split by the sampled counts only
             self._node_rows(sources[0]).record((event.flow, event.epoch), event.at, int(event.input_rows), 1)
-        self._rates.append({"t": event.at, "flow": event.flow, "input": round(event.input_rows_per_second, 1),
+        # The chart's input line is the sources' rows/s as the node boxes compute it (rows over a
+        # sliding window of epochs), so its last point and the source boxes show the same number.
+        # Processing is Spark's: rows per second of batch time, what the flow could sustain.
+        rates = [self._node_rows(s).rate(self._started_at()) for s in sources if s in self._rows]
+        known = [r for r in rates if r is not None]
+        input_rate = sum(known) if known else float(event.input_rows_per_second)
+        self._rates.append({"t": event.at, "flow": event.flow, "input": round(input_rate, 1),
                             "processing": round(event.processed_rows_per_second, 1)})
         del self._rates[:-MAX_RATES]
 
@@ -330,9 +420,12 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
             if self._dirty:
                 self._push()
 
-    def _stats(self) -> dict[str, dict[str, Any]]:
+    def _started_at(self) -> float | None:
         started = [f["started_at"] for f in self._flows.values() if f["started_at"] is not None]
-        since = min(started) if started else None
+        return min(started) if started else None
+
+    def _stats(self) -> dict[str, dict[str, Any]]:
+        since = self._started_at()
         out: dict[str, dict[str, Any]] = {}
         for node, rows in self._rows.items():
             last = next(reversed(rows.per_epoch.items()), None)

@@ -61,6 +61,8 @@ class EpochFinalized(Event):
     processed_rows_per_second: float = 0.0
     #: per Kafka source, messages each ``topic/partition`` is behind the latest offset Spark saw
     lag: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Spark's whole progress report of the epoch (the monitor shows it on request)
+    progress: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -629,7 +629,8 @@ class FlowRunner:
             input_rows=self._input_rows(batch_id, progress),
             durations_ms={k: float(v) for k, v in (progress.get("durationMs") or {}).items()},
             input_rows_per_second=float(progress.get("inputRowsPerSecond") or 0.0),
-            processed_rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0), lag=lag))
+            processed_rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0), lag=lag,
+            progress=progress))
 
     def _input_rows(self, batch_id: int, progress: dict[str, Any]) -> int:
         """The epoch's input: Spark's count, unless the epoch was retried (then counted by the flow)."""
