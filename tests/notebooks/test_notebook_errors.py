@@ -137,3 +137,32 @@ def test_a_sql_mistake_shows_one_error_and_no_spark_output(tmp_path: Path) -> No
     stderr = "".join(o.text for cell in nb.cells for o in cell.outputs
                      if o.output_type == "stream" and o.name == "stderr")
     assert not [n for n in noise if n in stderr], stderr
+
+
+def test_nbval_and_nbconvert_fail_on_a_notebook_whose_validate_fails(tmp_path: Path) -> None:
+    """The runners themselves, as CI and jobs call them: each exits non-zero at the failed cell."""
+    import os
+    import subprocess
+    import sys
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in (
+        "%load_ext streamling",
+        "%%streamling transform big --from orderz\nSELECT id FROM orderz",  # a note: a later cell may define it
+        "%streamling validate",
+        "print('after the failure')")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "broken.ipynb"
+    nbformat.write(nb, path)
+    env = {**os.environ, "PYTHONPATH": ""}
+    nbval = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                            "--nbval-current-env", "-o", "addopts=", "-o", "testpaths=", str(path)],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert nbval.returncode == 1, nbval.stdout + nbval.stderr
+    assert "PipelineError" in nbval.stdout and "1 failed" in nbval.stdout, nbval.stdout
+    nbconvert = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
+                                "--output", str(tmp_path / "out.ipynb"), str(path)],
+                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert nbconvert.returncode != 0
+    assert "PipelineError" in nbconvert.stderr and "orderz" in nbconvert.stderr, nbconvert.stderr[-2000:]
+    assert "after the failure" not in nbconvert.stderr
