@@ -334,9 +334,4 @@ class StreamlingMagics(Magics):
         running = self.pipeline.current
         if running is not None and running.active:
             summary += " (the running pipeline keeps its definition until `%streamling stop` and `run`)"
-        panels = [(f"input: {name}", table) for name, table in result.capture.inputs.items()]
-        if result.before is not None and result.before is not result.after:
-            panels.append(("output before the edit", result.before))
-        panels.append(("output now", result.after))
-        text = summary + "\n\n" + "\n\n".join(render.table_text(t, title, 10) for title, t in panels)
-        return render.Rendered(text, html_text=f"<p>{summary}</p>" + render.side_by_side(panels, 10))
+        return render.debug_view(summary, result.capture.inputs, result.before, result.after, result.key)
