@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
+    from streamling.notebook.display import ResultView
     from streamling.runtime.pipeline import PipelineRun
     from streamling.runtime.planner import Flow, Plan
     from streamling.telemetry.attach import RunTelemetry
@@ -205,6 +206,8 @@ class NotebookPipeline:
         self.monitor: Any = None
         self._spark = spark
         self._samples = _Samples()
+        #: ``%streamling display`` views by node: each follows every run started after it
+        self.displays: dict[str, ResultView] = {}
         #: source rows a preview reads (and a debug capture keeps) before showing ``--rows`` of each node.
         self.preview_input_rows = 1000
 
@@ -388,10 +391,21 @@ class NotebookPipeline:
                 if isinstance(node, PrintSink):
                     node.out = print_out
         run = NotebookRun(pipeline, seconds, telemetry)
+        for view in self.displays.values():  # before the first epoch: it samples the rows they show
+            view.attach(run)
         self.current = run
         self.monitor = monitor
-        run.start()
+        try:
+            run.start()
+        except BaseException:
+            for view in self.displays.values():
+                view.detach("the run did not start")
+            raise
         return run
+
+    def latest_sample(self, node: str) -> ev.RowsSampled | None:
+        """The last batch of ``node`` with rows that the current (or last) run sampled."""
+        return self._samples.get(node)
 
     def stop(self, timeout_secs: float = 120) -> None:
         if self.current is None or not self.current.active:

@@ -1,0 +1,610 @@
+"""``%streamling display NODE``: a live, sortable table of one node's latest rows.
+
+``ResultView`` is an ``EventBus`` subscriber, like the monitor. A source's or transform's rows are
+the samples the run takes of it (``EventBus.node_sample_rows`` asks for ``limit`` rows of that
+node): the newest epoch first, older epochs filling up to the limit. A sink shows what it wrote
+when its target can be queried — a Postgres or ClickHouse table, a Delta table — read again after
+each committed epoch by a worker thread (never the event thread, never failing the pipeline; a
+failed read is shown in the widget); any other sink shows the rows it was given (its upstream's
+samples), and its caption says so.
+
+A view outlives runs: created before ``%streamling run`` it waits and follows the next run
+(``NotebookPipeline.start`` attaches it); created after a run it shows that run's last rows.
+The front end (``widgets/display.js`` + ``display.css``) sorts, charts and downloads the rows;
+headless renderers get the rows as a static text and HTML table from ``_repr_mimebundle_``.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anywidget
+import pyarrow as pa
+import traitlets
+
+from streamling.errors import StreamlingError, java_message
+from streamling.notebook import render
+from streamling.notebook.monitor import PUSH_INTERVAL_SECS, _asset
+from streamling.runtime import events as ev
+from streamling.util import did_you_mean, json_safe
+
+if TYPE_CHECKING:
+    from streamling.notebook.session import NotebookPipeline, NotebookRun
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ROWS = 100
+MAX_ROWS = 10_000
+#: how often the worker looks whether the run it follows has ended
+_WATCH_SECS = 0.5
+
+Seed = Callable[[str], "ev.RowsSampled | None"]
+
+
+class TargetReader(Protocol):
+    """Reads what a sink wrote: the latest rows of its target, at most ``limit``."""
+
+    @property
+    def caption(self) -> str:
+        """What the rows are, shown as the widget's caption."""
+
+    def read(self, limit: int) -> tuple[pa.Table, list[str]]:
+        """The rows and the type name of each column (as the target calls it)."""
+
+    def error_text(self, exc: BaseException) -> str:
+        """A failed read in words: what was queried, where, and why."""
+
+    def close(self) -> None: ...
+
+
+# --- sink targets -----------------------------------------------------------------------------------
+
+
+def _arrow(names: list[str], rows: list[tuple[Any, ...]]) -> pa.Table:
+    """Rows from a database cursor as Arrow; a column Arrow cannot type (mixed JSON) becomes text."""
+    arrays = []
+    for i in range(len(names)):
+        values = [row[i] for row in rows]
+        try:
+            arrays.append(pa.array(values))
+        except (pa.ArrowException, TypeError, ValueError):
+            arrays.append(pa.array([None if v is None else str(json_safe(v)) for v in values], pa.string()))
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+class PostgresTarget:
+    """The table of a ``postgres`` sink (or the aggregate table of ``postgres_aggregate``), newest
+    keys first; connections come from ``streamling.postgres`` with the sink's own settings."""
+
+    def __init__(self, sink: Any, table: str, key: Callable[[], list[str]]) -> None:
+        self.sink = sink
+        self.schema, self.table = str(sink.options.schema_), table
+        self.key = key
+        self.where = f'"{self.schema}"."{table}" on {sink.target}'
+        self._pool: Any = None
+
+    @property
+    def caption(self) -> str:
+        keys = self.key()
+        order = (f"the highest primary key ({', '.join(keys)}) first" if keys
+                 else "as stored (no primary key to order by)")
+        return f"rows of table {self.where}, {order}; queried after each committed epoch"
+
+    def read(self, limit: int) -> tuple[pa.Table, list[str]]:
+        from psycopg import sql
+
+        keys = self.key()
+        order: sql.Composable = sql.SQL("")
+        if keys:
+            order = sql.SQL(" ORDER BY ") + sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k))
+                                                                for k in keys)
+        query = sql.SQL("SELECT * FROM {}{} LIMIT %s").format(sql.Identifier(self.schema, self.table), order)
+        with self._connections().connection() as conn, conn.cursor() as cur:
+            cur.execute(query, (limit,))
+            description = cur.description or []
+            rows = cur.fetchall()
+            # The declared types (bigint, numeric(12,2)), not the wire names psycopg knows (int8, numeric).
+            cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                        "%s::regclass AND attnum > 0 AND NOT attisdropped",
+                        (sql.Identifier(self.schema, self.table).as_string(conn),))
+            declared = dict(cur.fetchall())
+        names = [c.name for c in description]
+        return _arrow(names, rows), [declared.get(c.name, c.type_display) for c in description]
+
+    def _connections(self) -> Any:
+        if self._pool is None:
+            from streamling.postgres import PoolSettings, PostgresPool
+
+            settings = self.sink.conn_settings
+            self._pool = PostgresPool(settings.conninfo(), target=self.sink.target,
+                                      describe=f"display of '{self.sink.name}'",
+                                      application_name=f"streamling:display:{self.sink.name}",
+                                      settings=PoolSettings.from_sink(settings), autocommit=True)
+        return self._pool
+
+    def error_text(self, exc: BaseException) -> str:
+        from streamling.postgres import first_line, mask
+
+        return f"querying {self.where} failed: {mask(first_line(exc), [self.sink.conn_settings.pass_])}"
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+
+class DeltaTarget:
+    """The Delta table of a ``delta`` sink, read with the run's SparkSession."""
+
+    def __init__(self, sink: Any, spark: Any) -> None:
+        self.path = str(sink.path)
+        self.spark = spark
+        self.caption = f"rows of the Delta table at {self.path} (in storage order); read after each committed epoch"
+
+    def read(self, limit: int) -> tuple[pa.Table, list[str]]:
+        table = self.spark.read.format("delta").load(self.path).limit(limit).toArrow()
+        return table, [str(f.type) for f in table.schema]
+
+    def error_text(self, exc: BaseException) -> str:
+        return f"reading the Delta table at {self.path} failed: {java_message(exc)}"
+
+    def close(self) -> None:
+        return None
+
+
+class ClickHouseTarget:
+    """The table of a ``clickhouse`` sink, highest sort key first (``FINAL``: replaced rows merged)."""
+
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+        self.final = bool(sink.options.append_only_mode)
+        self.caption = (f"rows of ClickHouse table {sink.database}.{sink.table}, the highest primary key "
+                        f"({', '.join(sink.key)}) first; queried after each committed epoch")
+        self._client: Any = None
+
+    def read(self, limit: int) -> tuple[pa.Table, list[str]]:
+        from streamling.clickhouse import connect, quote_identifier
+
+        if self._client is None:
+            self._client = connect(self.sink.conn, send_receive_timeout=30)
+        order = ", ".join(f"{quote_identifier(k)} DESC" for k in self.sink.key)
+        query = (f"SELECT * FROM {self.sink.target}{' FINAL' if self.final else ''}"
+                 f"{' ORDER BY ' + order if order else ''} LIMIT {int(limit)}")
+        table = self._client.query_arrow(query, use_strings=True)
+        return table, [str(f.type) for f in table.schema]
+
+    def error_text(self, exc: BaseException) -> str:
+        from streamling.clickhouse import first_line
+
+        return f"querying ClickHouse table {self.sink.database}.{self.sink.table} failed: {first_line(exc)}"
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def target_reader(sink_type: str, sink: Any, spark: Any) -> TargetReader | None:
+    """How to read what a sink wrote; None for sinks that keep nothing to query (print, kafka, …)."""
+    if sink_type == "postgres":
+        return PostgresTarget(sink, str(sink.options.table), lambda: list(sink.key))
+    if sink_type == "postgres_aggregate":
+        groups = list(sink.options.group_by) or ["key"]  # no group_by: one row with key = 1
+        return PostgresTarget(sink, str(sink.options.agg_table), lambda: groups)
+    if sink_type == "delta":
+        return DeltaTarget(sink, spark)
+    if sink_type == "clickhouse":
+        return ClickHouseTarget(sink)
+    return None
+
+
+# --- the widget ---------------------------------------------------------------------------------------
+
+
+def _rows_json(table: pa.Table) -> list[list[Any]]:
+    """Rows as lists in column order (duplicate column names stay apart), values JSON-safe."""
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    return [[json_safe(v) for v in row] for row in zip(*columns, strict=True)]
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    """Tables of several epochs as one; if their schemas cannot be unified, only the newest."""
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowException, ValueError):
+        return tables[0]
+
+
+class ResultView(anywidget.AnyWidget):  # type: ignore[misc]
+    """The latest rows of one node of the notebook's pipeline, live while it runs."""
+
+    _esm = _asset("display.js")
+    _css = _asset("display.css")
+
+    node = traitlets.Unicode("").tag(sync=True)
+    kind = traitlets.Unicode("").tag(sync=True)
+    #: what the rows are (sampled output, what a sink was given, a query of its table)
+    caption = traitlets.Unicode("").tag(sync=True)
+    #: waiting | running | finished | failed: … | a sentence (replaced, not in the run)
+    status = traitlets.Unicode("waiting").tag(sync=True)
+    columns: traitlets.List[str] = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    types: traitlets.List[str] = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    #: rows as lists in ``columns`` order, newest epoch first
+    rows: traitlets.List[list[Any]] = traitlets.List().tag(sync=True)
+    limit = traitlets.Int(DEFAULT_ROWS).tag(sync=True)
+    #: the newest epoch the rows come from, and the oldest (older epochs fill up to ``limit``)
+    epoch = traitlets.Any(None, allow_none=True).tag(sync=True)
+    first_epoch = traitlets.Any(None, allow_none=True).tag(sync=True)
+    #: the newest epoch the run reported, when it had no rows for this node
+    latest_epoch = traitlets.Any(None, allow_none=True).tag(sync=True)
+    #: the node's full row count in the newest epoch (when the run counts it)
+    count = traitlets.Any(None, allow_none=True).tag(sync=True)
+    #: when the rows were sampled or queried (Unix seconds)
+    updated_at = traitlets.Any(None, allow_none=True).tag(sync=True)
+    #: the last failed read of the sink's target ("" when the last read worked)
+    error = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, node: str, kind: str, limit: int = DEFAULT_ROWS, **kwargs: Any) -> None:
+        super().__init__(node=node, kind=kind, limit=limit, **kwargs)
+        self._lock = threading.RLock()
+        self._state: dict[str, Any] = {"status": "waiting", "caption": self._waiting_caption(), "error": "",
+                                       "epoch": None, "first_epoch": None, "latest_epoch": None, "count": None,
+                                       "updated_at": None}
+        self._table: pa.Table | None = None
+        self._types: list[str] = []
+        self._rows: list[list[Any]] = []
+        self._flow: str | None = None
+        self._sampled: list[str] = [self.node]
+        self._window: dict[tuple[int, str], pa.Table] = {}  # (epoch, node) → sampled rows
+        self._counts: dict[tuple[int, str], int] = {}
+        self._fresh = False  # the next sample with rows starts the window over (a new run)
+        self._finalized: int | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._dirty = False
+        self._last_push = 0.0
+        self._timer: threading.Timer | None = None
+        self.on_msg(self._on_message)
+        self._push()
+
+    def _waiting_caption(self) -> str:
+        return f"{self.kind} '{self.node}': its latest rows appear here when `%streamling run` starts"
+
+    # --- following a run ----------------------------------------------------------------------------
+
+    def attach(self, run: NotebookRun, seed: Seed | None = None) -> None:
+        """Follow ``run`` (the rows of its next epochs), or show the last rows of a finished one.
+
+        ``seed`` gives the latest sample the run already took of a node (the rows shown at once)."""
+        self.detach()
+        pipeline = run.run
+        plan = pipeline.plan
+        if self.node not in plan.nodes:
+            self._set(status="waiting", caption=f"'{self.node}' is not part of the last run's pipeline; its rows "
+                                                 "appear when `%streamling run` starts with it")
+            return
+        spec = plan.spec.nodes[self.node]
+        flow = next(f.name for f in plan.flows if self.node in f.node_names)
+        reader = target_reader(spec.type, plan.nodes[self.node], pipeline.spark) if spec.kind == "sink" else None
+        if reader is not None:
+            sampled, caption = [], reader.caption
+        elif spec.kind == "sink":
+            sampled = list(spec.upstream)
+            ups = ", ".join(f"'{u}'" for u in sampled)
+            caption = (f"rows {spec.type} sink '{self.node}' was given: the latest sampled rows of {ups} "
+                       f"(a {spec.type} sink keeps nothing this view can query)")
+        else:
+            sampled = [self.node]
+            caption = (f"latest rows of {spec.kind} '{self.node}', sampled as each epoch runs: the newest epoch "
+                       f"first, older epochs up to {self.limit} rows")
+        self.follow(flow=flow, sampled=sampled, reader=reader, caption=caption, run=run)
+        if run.active:
+            bus = pipeline.bus
+            for name in sampled:
+                bus.node_sample_rows[name] = max(bus.node_sample_rows.get(name, 0), self.limit)
+            self._unsubscribe = bus.subscribe(self.handle)
+        if seed is not None:
+            for name in sampled:
+                sample = seed(name)
+                if sample is not None:
+                    self.handle(sample)
+
+    def follow(self, *, flow: str, sampled: list[str], reader: TargetReader | None, caption: str,
+               run: NotebookRun | None = None) -> None:
+        """Show the samples of ``sampled`` (nodes of ``flow``), or what ``reader`` reads after each
+        committed epoch; with ``run``, the status follows it until it ends."""
+        with self._lock:
+            self._flow, self._sampled = flow, list(sampled)
+            self._fresh = True
+            self._finalized = None
+            self._stop.set()  # the worker of what the view followed before
+            self._wake, self._stop = threading.Event(), threading.Event()
+            running = run is None or run.active
+            self._state.update(caption=caption, error="",
+                               status="running" if running else self._outcome(run))
+            self._dirty = True
+        if reader is not None or run is not None:
+            threading.Thread(target=self._work, args=(reader, run, self._wake, self._stop),
+                             name=f"streamling-display-{self.node}", daemon=True).start()
+        self._schedule(immediate=True)
+
+    def detach(self, reason: str | None = None) -> None:
+        """Stop following the run (a newer display of the node, or a run that did not start)."""
+        with self._lock:
+            unsubscribe, self._unsubscribe = self._unsubscribe, None
+            self._stop.set()
+            if reason:
+                self._state["status"] = reason
+                self._dirty = True
+        if unsubscribe is not None:
+            unsubscribe()
+        self._schedule(immediate=True)
+
+    @staticmethod
+    def _outcome(run: NotebookRun | None) -> str:
+        if run is not None and run.error is not None:
+            return f"failed: {run.error.headline()}"
+        return "finished"
+
+    # --- events -------------------------------------------------------------------------------------
+
+    def handle(self, event: ev.Event) -> None:
+        """Fold one runtime event into the view (any thread); push traits, throttled."""
+        with self._lock:
+            changed = self._apply(event)
+            self._dirty = self._dirty or changed
+        if changed:
+            self._schedule(immediate=False)
+
+    def _apply(self, event: ev.Event) -> bool:
+        if isinstance(event, ev.RowsSampled):
+            return event.node in self._sampled and self._sampled_rows(event)
+        if event.flow != self._flow:
+            return False
+        if isinstance(event, ev.EpochFinalized):
+            self._finalized = event.epoch
+            self._wake.set()
+            return False
+        if isinstance(event, ev.FlowStarted):
+            self._state["status"] = "running"
+        elif isinstance(event, ev.FlowStopped):
+            self._state["status"] = f"failed: {event.error}" if event.error else f"stopped ({event.reason})"
+            self._wake.set()
+        elif isinstance(event, ev.PipelineError) and not event.retriable:
+            self._state["status"] = f"failed: {event.message}"
+        else:
+            return False
+        return True
+
+    def _sampled_rows(self, event: ev.RowsSampled) -> bool:
+        table = event.table
+        if table is None:
+            return False
+        latest = self._state["latest_epoch"]
+        self._state["latest_epoch"] = event.epoch if latest is None else max(latest, event.epoch)
+        if table.num_rows == 0:  # an idle epoch keeps the rows shown; the headline says it had none
+            return True
+        if self._fresh:
+            self._window.clear()
+            self._counts.clear()
+            self._fresh = False
+        key = (event.epoch, event.node)
+        self._window[key] = table
+        if event.count is not None:
+            self._counts[key] = event.count
+        self._trim()
+        tables = [self._window[k] for k in sorted(self._window, key=lambda k: -k[0])]
+        newest = max(k[0] for k in self._window)
+        counts = [c for k, c in self._counts.items() if k[0] == newest]
+        self._show(_concat(tables).slice(0, self.limit), [str(f.type) for f in tables[0].schema],
+                   epoch=newest, first_epoch=min(k[0] for k in self._window),
+                   count=sum(counts) if counts else None, updated_at=event.at)
+        return True
+
+    def _trim(self) -> None:
+        """Keep the newest epochs that fill ``limit`` rows; forget older ones."""
+        rows = 0
+        for key in sorted(self._window, key=lambda k: -k[0]):
+            if rows >= self.limit:
+                del self._window[key]
+                self._counts.pop(key, None)
+            else:
+                rows += self._window[key].num_rows
+
+    def _show(self, table: pa.Table, types: list[str], **state: Any) -> None:
+        self._table, self._types, self._rows = table, types, _rows_json(table)
+        self._state.update(state)
+
+    def _set(self, **state: Any) -> None:
+        with self._lock:
+            self._state.update(state)
+            self._dirty = True
+        self._schedule(immediate=True)
+
+    # --- the sink's target (worker thread) ----------------------------------------------------------
+
+    def _work(self, reader: TargetReader | None, run: NotebookRun | None, wake: threading.Event,
+              stop: threading.Event) -> None:
+        """Read the target whenever an epoch committed (coalesced); end with the run or the view."""
+        try:
+            while not stop.is_set():
+                woke = wake.wait(_WATCH_SECS)
+                if stop.is_set():
+                    return
+                ended = run is not None and not run.active
+                if woke or ended:
+                    wake.clear()
+                    if reader is not None:
+                        self._read(reader)
+                if ended:
+                    self._set(status=self._outcome(run))
+                    return
+        finally:
+            if reader is not None:
+                try:
+                    reader.close()
+                except Exception:  # noqa: BLE001 - closing a read-only connection is best effort
+                    log.debug("closing the display reader of %s", self.node, exc_info=True)
+
+    def _read(self, reader: TargetReader) -> None:
+        try:
+            table, types = reader.read(self.limit)
+        except Exception as exc:  # noqa: BLE001 - a display never fails the pipeline; it says what went wrong
+            self._set(error=f"{reader.error_text(exc)} — the pipeline is not affected; the next committed epoch "
+                            "reads it again")
+            return
+        with self._lock:
+            self._show(table, types, epoch=self._finalized, first_epoch=self._finalized, count=None,
+                       updated_at=time.time(), error="")
+            self._dirty = True
+        self._schedule(immediate=False)
+
+    # --- pushing traits (at most a few times a second; the last state always goes out) ----------------
+
+    def _schedule(self, immediate: bool) -> None:
+        with self._lock:
+            if not self._dirty:
+                return
+            wait = self._last_push + PUSH_INTERVAL_SECS - time.monotonic()
+            if immediate or wait <= 0:
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                self._push()
+            elif self._timer is None:
+                self._timer = threading.Timer(wait, self._on_timer)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._dirty:
+                self._push()
+
+    def _push(self) -> None:
+        """Send the state to the front end (caller holds the lock)."""
+        self._dirty = False
+        self._last_push = time.monotonic()
+        columns = self._table.column_names if self._table is not None else []
+        try:
+            with self.hold_sync():
+                for name, value in self._state.items():
+                    setattr(self, name, value)
+                self.columns, self.types, self.rows = columns, list(self._types), list(self._rows)
+        except Exception:  # noqa: BLE001 - a closed comm must not break the event bus
+            log.debug("display update failed", exc_info=True)
+
+    def flush(self) -> None:
+        """Push the current state now."""
+        self._schedule(immediate=True)
+
+    # --- downloads ----------------------------------------------------------------------------------
+
+    def table(self) -> pa.Table | None:
+        """The rows shown (in the order they arrived), as Arrow."""
+        with self._lock:
+            return self._table
+
+    def parquet_bytes(self) -> bytes:
+        """The rows shown as a Parquet file, with their exact types."""
+        import pyarrow.parquet as pq
+
+        table = self.table()
+        if table is None:
+            raise StreamlingError("there are no rows to download yet", node=self.node,
+                                  hint="wait for an epoch of `%streamling run`")
+        out = pa.BufferOutputStream()
+        pq.write_table(table, out)
+        return bytes(out.getvalue().to_pybytes())
+
+    def _on_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """``{"type": "parquet"}`` from the front end: answer with the file as a binary buffer."""
+        if not isinstance(content, dict) or content.get("type") != "parquet":
+            return
+        try:
+            data = self.parquet_bytes()
+        except Exception as exc:  # noqa: BLE001 - the widget shows why there is no file
+            text = exc.headline() if isinstance(exc, StreamlingError) else f"writing Parquet failed: {exc}"
+            self.send({"type": "parquet", "error": text})
+            return
+        self.send({"type": "parquet", "filename": f"{self.node}.parquet"}, buffers=[data])
+
+    # --- headless output ----------------------------------------------------------------------------
+
+    def headline(self) -> str:
+        """``42 rows · epoch 7 · 12:03:04`` (what the front end shows above the table)."""
+        with self._lock:
+            s, rows = dict(self._state), len(self._rows)
+        parts = [f"{rows} row{'s' if rows != 1 else ''}"]
+        if s["epoch"] is not None:
+            first = s["first_epoch"]
+            parts.append(f"epochs {first}–{s['epoch']}" if first is not None and first != s["epoch"]
+                         else f"epoch {s['epoch']}")
+        if s["count"] is not None:
+            parts.append(f"{s['count']:,} rows in epoch {s['epoch']}")
+        if s["latest_epoch"] is not None and s["epoch"] is not None and s["latest_epoch"] > s["epoch"]:
+            parts.append(f"no rows since (epoch {s['latest_epoch']})")
+        if s["updated_at"]:
+            parts.append(time.strftime("%H:%M:%S", time.localtime(s["updated_at"])))
+        return " · ".join(parts)
+
+    def summary_text(self) -> str:
+        with self._lock:
+            s, table = dict(self._state), self._table
+        lines = [f"streamling display: {self.kind} '{self.node}' · {s['status']}", s["caption"], self.headline()]
+        if s["error"]:
+            lines.append(f"error: {s['error']}")
+        if table is not None:
+            lines.append(render.table_text(table, "rows", self.limit))
+        return "\n".join(lines)
+
+    def summary_html(self) -> str:
+        with self._lock:
+            s, table = dict(self._state), self._table
+        esc = html.escape
+        out = [f'<div class="sl-display-summary"><p><strong>{esc(self.kind)} {esc(self.node)}</strong> &middot; '
+               f'<code>{esc(s["status"])}</code></p><p>{esc(s["caption"])}</p>']
+        if s["error"]:
+            out.append(f"<p><strong>error</strong>: {esc(s['error'])}</p>")
+        out.append(render.table_html(table, self.headline(), self.limit) if table is not None
+                   else f"<p><i>{esc(self.headline())}</i></p>")
+        out.append("</div>")
+        return "".join(out)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The live widget for Jupyter front ends, plus the rows for renderers without one."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data, metadata = bundle if bundle is not None else ({}, {})
+        data = dict(data)
+        data["text/plain"] = self.summary_text()
+        data["text/html"] = self.summary_html()
+        return data, metadata
+
+
+# --- the magic --------------------------------------------------------------------------------------
+
+
+def display_node(nb: NotebookPipeline, name: str, rows: int | None = None) -> ResultView:
+    """``%streamling display NAME [--rows N]``: a view of the node that follows the current (or
+    next) run; a newer display of the same node replaces the older one."""
+    limit = DEFAULT_ROWS if rows is None else rows
+    if name not in nb.nodes:
+        raise StreamlingError(f"there is no node '{name}'{did_you_mean(name, list(nb.nodes))}", node=name,
+                              hint=f"nodes: {', '.join(nb.nodes)}" if nb.nodes
+                              else "define nodes with %%streamling source/transform/sink cells first")
+    if not 1 <= limit <= MAX_ROWS:
+        raise StreamlingError(f"--rows {limit} is out of range for a display", node=name,
+                              hint=f"give 1 to {MAX_ROWS:,} rows (default {DEFAULT_ROWS})")
+    view = ResultView(name, nb.nodes[name][0], limit)
+    previous = nb.displays.get(name)
+    if previous is not None:
+        previous.detach(f"replaced by a newer display of '{name}'")
+    nb.displays[name] = view
+    if nb.current is not None:
+        view.attach(nb.current, seed=nb.latest_sample)
+    return view
