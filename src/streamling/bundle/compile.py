@@ -29,7 +29,7 @@ What each cell means in a job:
 - ``%streamling run [--rows N | --seconds S]``: the job's run options (``rows`` / ``seconds``; the
   last ``run`` counts). ``--wait`` and ``--sample``, ``wait``, ``stop`` and ``status`` have no
   effect in a job.
-- ``validate``, ``show``, ``yaml``, ``preview``, ``capture``, ``debug`` and ``export`` only display
+- ``validate``, ``show``, ``yaml``, ``preview``, ``display``, ``capture``, ``debug`` and ``export`` only display
   something in the notebook: skipped. ``%streamling reset`` is skipped with a warning — a job never
   deletes its checkpoints.
 - Python code cells: a cell whose statements are only imports, ``dbutils.widgets`` declarations
@@ -76,7 +76,7 @@ INTERACTIVE = "interactive"
 RAISES = "raises-exception"
 
 #: line magics that only display something in the notebook
-DISPLAY_COMMANDS = {"validate", "show", "yaml", "preview", "capture", "debug", "export"}
+DISPLAY_COMMANDS = {"validate", "show", "yaml", "preview", "display", "capture", "debug", "export"}
 #: line magics that manage a notebook run; the job runs the pipeline itself
 RUN_CONTROL_COMMANDS = {"wait", "stop", "status"}
 APPLIED_SETTINGS = {"application_id", "config_name"}

@@ -35,6 +35,7 @@ USAGE = """\
  each --on-violation applies to the --expect before it)
 %streamling validate | show | yaml | status | stop | reset
 %streamling preview NODE [--rows N]
+%streamling display NODE [--rows N]                 live table of the node's latest rows (default 100)
 %streamling run [--rows N | --seconds S] [--wait] [--sample N]
 %streamling wait [--timeout S]
 %streamling capture NODE | debug NODE | remove NODE | export PATH"""

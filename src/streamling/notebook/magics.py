@@ -198,6 +198,10 @@ class StreamlingMagics(Magics):
         if command == "preview":
             rows = args.rows or 10
             return self._preview_view(nb.preview(self._name(args), rows=rows), rows)
+        if command == "display":
+            from streamling.notebook.display import display_node
+
+            return display_node(nb, self._name(args), rows=args.rows)
         if command == "run":
             return self._run(args)
         if command == "wait":
