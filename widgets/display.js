@@ -55,6 +55,12 @@ function fmtNumber(n) {
   return Number.isInteger(n) ? n.toLocaleString("en-US") : n.toLocaleString("en-US", { maximumFractionDigits: 3 });
 }
 
+// An axis label that fits under a bar: a timestamp's time of day, other text cut short.
+function shortLabel(label, temporal) {
+  if (label.length <= 12) return label;
+  return temporal ? label.slice(11, 19) : label.slice(0, 11) + "…";
+}
+
 // A value as a number for sorting or charting: numbers (and decimals sent as text) as they are,
 // timestamps and dates as milliseconds; NaN when there is none.
 function numberOf(v, temporal) {
@@ -226,7 +232,7 @@ function render({ model, el }) {
           { "data-testid": "sl-display-row" },
           row.map((v, i) =>
             v === null || v === undefined
-              ? h("td", { class: "sl-display-null", text: "null" })
+              ? h("td", { class: numeric[i] ? "sl-display-null sl-display-num" : "sl-display-null", text: "null" })
               : h("td", { class: numeric[i] ? "sl-display-num" : null, text: text(v) }),
           ),
         ),
@@ -250,7 +256,8 @@ function render({ model, el }) {
     const numericCols = cols.filter((_, i) => isNumeric(tys[i]));
     const temporal = cols.find((_, i) => isTemporal(tys[i]));
     fillSelect(xSelect, cols, temporal ?? cols[0]);
-    fillSelect(ySelect, numericCols, numericCols.find((c) => c !== xSelect.value) ?? numericCols[0]);
+    const measures = numericCols.filter((c) => c !== xSelect.value);
+    fillSelect(ySelect, numericCols, measures.find((c) => !/(^|_)id$/i.test(c)) ?? measures[0] ?? numericCols[0]);
   }
 
   function renderChart() {
@@ -302,7 +309,7 @@ function render({ model, el }) {
       const labelEvery = Math.ceil(points.length / 8);
       points.forEach((p, i) => {
         if (i % labelEvery) return;
-        const label = p.label.length > 12 ? p.label.slice(0, 11) + "…" : p.label;
+        const label = shortLabel(p.label, isTemporal(tys[xi]));
         svg.append(s("text", { x: PAD.left + (i + 0.5) * step, y: CHART_H - PAD.bottom + 14, "text-anchor": "middle", class: "sl-display-tick", text: label }));
       });
     } else {
