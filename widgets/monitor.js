@@ -556,7 +556,7 @@ function render({ model, el }) {
       const v = (ymax * i) / 4;
       svg.append(
         s("line", { class: "sl-grid-line", x1: m.l, x2: W - m.r, y1: y(v), y2: y(v) }),
-        s("text", { class: "sl-axis", x: m.l - 6, y: y(v) + 3, "text-anchor": "end", text: fmtMs(v) }),
+        s("text", { class: "sl-axis", x: m.l - 6, y: y(v) + 3, "text-anchor": "end", text: v >= 1000 ? `${+(v / 1000).toFixed(1)} s` : `${Math.round(v)} ms` }),
       );
     }
     const slot = (W - m.l - m.r) / epochs.length;

@@ -1,15 +1,21 @@
-"""The monitor widget in a real browser: JupyterLab from the venv, Debian's chromium driven by
-Playwright, a notebook that defines a pipeline with the ``%%streamling`` magics and starts it.
+"""The notebook in a real browser: JupyterLab from the venv, Debian's chromium driven by Playwright,
+a notebook that defines a pipeline with the ``%%streamling`` magics and starts it.
 
-The test runs every cell, then waits for what a user would look for: the DAG, finalized epochs in
-the timeline, rows of the in-flight batch and the rate chart. It leaves a screenshot in
-``tests/artifacts/monitor.png`` (a CI artifact). Playwright never downloads a browser here: it
-drives ``/usr/bin/chromium`` (``apt-get install chromium``; ``.ci/run`` installs it).
+One kernel (one Spark start) walks through what a user would look for, in order: the monitor's DAG,
+finalized epochs, rows of the in-flight batch and the rate chart; a SQL mistake shown as one line and
+nothing else; the epoch breakdown and Spark's progress report; the restart and stop buttons; `show`'s
+graph as a picture; then the notebook saved, its kernel gone, and reopened: the monitor renders its
+saved state marked as not live, never a frozen "running" widget. Screenshots land in
+``tests/artifacts/`` (CI artifacts).
 """
 
 from __future__ import annotations
 
+import json
+import re
 import time
+import urllib.request
+from typing import Any
 
 import pytest
 from browser_lab import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Lab, outputs_text, write_notebook
@@ -24,8 +30,38 @@ CELLS = [
     "%%streamling source orders\ntype: generate\nrows_per_second: 2000\nrows_per_batch: 500",
     "%%streamling transform big --from orders\nSELECT id, amount FROM orders WHERE amount > 100",
     "%%streamling sink out --from big\ntype: blackhole",
-    "%streamling run --seconds 90",
+    "%streamling run --seconds 600",
+    # A typo in a column: its definition cell (the session is warm) or `show` fails with one line.
+    "%%streamling sink typo_out --from typo\ntype: blackhole",
+    "%%streamling transform typo --from orders\nSELECT id, amont FROM orders",
+    "%streamling show",
+    "%streamling remove typo_out\n%streamling remove typo",
+    "%streamling show",
 ]
+TYPO_CELLS = (5, 6, 7)
+SHOW_CELL = 9
+
+
+def _api(lab: Lab, path: str, method: str = "GET") -> Any:
+    request = urllib.request.Request(f"{lab.url}{path}?token={lab.token}", method=method)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        body = response.read()
+    return json.loads(body) if body else None
+
+
+def _run_cell(page: Any, index: int) -> None:
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+
+
+def _status(monitor: Any) -> str:
+    return str(monitor.locator("[data-testid=sl-status]").inner_text())
+
+
+def _max_epoch(monitor: Any) -> int:
+    epochs = monitor.locator("[data-testid=sl-epoch][data-state=finalized]")
+    return max((int(e) for e in epochs.evaluate_all("els => els.map(e => e.dataset.epoch)")), default=-1)
 
 
 def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
@@ -33,8 +69,9 @@ def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
 
     write_notebook(lab.root / "monitor.ipynb", CELLS)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shot = ARTIFACTS / "monitor.png"
+    shot, reopened_shot = ARTIFACTS / "monitor.png", ARTIFACTS / "monitor-reopened.png"
     shot.unlink(missing_ok=True)
+    reopened_shot.unlink(missing_ok=True)
     timings: dict[str, float] = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -76,6 +113,10 @@ def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
             page.wait_for_function(
                 "() => Number(document.querySelector('[data-testid=sl-node][data-node=out]').dataset.rows) > 0",
                 timeout=30_000)
+            out_rows = monitor.locator("[data-testid=sl-node][data-node=out] .sl-node-rows").text_content() or ""
+            # counts are integers ("9 rows", "1.4k rows"), never "9.0 rows"
+            assert re.fullmatch(r"(\d+|\d+(\.\d)?[kMG]) rows", out_rows), out_rows
+            assert re.fullmatch(r"\d+", monitor.locator("[data-testid=sl-node][data-node=out]").get_attribute("data-rows") or "")
             epoch = monitor.locator("[data-testid=sl-epoch][data-state=finalized]").first
             assert "orders" in epoch.inner_text()  # the source's end offset is listed
 
@@ -87,8 +128,81 @@ def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
             monitor.locator("[data-testid=sl-node-select]").select_option("big")
             rows.first.wait_for(timeout=30_000)
 
+            # An epoch opens its breakdown, with every part named, and Spark's progress report.
+            epoch.click()
+            detail = monitor.locator("[data-testid=sl-epoch-detail]").first
+            detail.wait_for(timeout=10_000)
+            breakdown = detail.locator(".sl-breakdown").inner_text()
+            for part in ("transforms", "sink out", "total"):
+                assert part in breakdown, breakdown
+            detail.locator("[data-testid=sl-progress-button]").click()
+            page.wait_for_function(
+                "() => (document.querySelector('[data-testid=sl-progress-json]') || {}).textContent"
+                "?.includes('\"batchId\"')", timeout=30_000)
+            monitor.locator("[data-testid=sl-tab-durations]").click()
+            assert monitor.locator("[data-testid=sl-duration-chart] rect.sl-seg").count() >= 3
             monitor.scroll_into_view_if_needed()
             monitor.screenshot(path=str(shot))
+            monitor.locator("[data-testid=sl-tab-rates]").click()
+
+            # The SQL mistake: the first failing cell shows one error output, the one-line message.
+            page.wait_for_function(
+                f"() => [{', '.join(map(str, TYPO_CELLS))}].some(i => document.querySelectorAll("
+                "'.jp-Notebook .jp-Cell')[i].querySelector('[data-mime-type=\"application/vnd.jupyter.stderr\"]'))",
+                timeout=120_000)
+            cells = page.locator(".jp-Notebook .jp-Cell")
+            failed = next(cells.nth(i) for i in TYPO_CELLS
+                          if cells.nth(i).locator("[data-mime-type='application/vnd.jupyter.stderr']").count())
+            outputs = failed.locator(".jp-OutputArea-output")
+            assert outputs.count() == 1, outputs.all_inner_texts()
+            message = outputs.first.inner_text().strip()
+            assert message.startswith("PipelineError: Node 'typo': "), message
+            assert "amont" in message and "\n" not in message, message
+            assert "org.apache" not in message and "java" not in message.lower(), message
+
+            # Stop: the buttons act on the run; restart continues from the last finalized epoch.
+            _run_cell(page, SHOW_CELL - 1)  # remove the typo's nodes
+            _run_cell(page, SHOW_CELL)
+            cells.nth(SHOW_CELL).locator(".jp-RenderedSVG, img").first.wait_for(timeout=60_000)
+            before = _max_epoch(monitor)
+            monitor.locator("[data-testid=sl-restart]").click()
+            # The restarted run's timeline starts over and goes on from the checkpoint's next epoch.
+            page.wait_for_function(
+                "n => { const done = [...document.querySelectorAll('[data-testid=sl-epoch][data-state=finalized]')];"
+                " return done.length > 0 && done.every(e => Number(e.dataset.epoch) > n)"
+                " && document.querySelector('[data-testid=sl-status]').textContent.startsWith('running'); }",
+                arg=before, timeout=180_000)
+            timings["restarted"] = time.monotonic() - started
+            monitor.locator("[data-testid=sl-stop]").click()
+            page.wait_for_function(
+                "() => document.querySelector('[data-testid=sl-status]').textContent.startsWith('stopped')",
+                timeout=120_000)
+            assert monitor.locator("[data-testid=sl-stop]").is_disabled()
+            timings["stopped"] = time.monotonic() - started
+
+            # Saved, kernel gone, reopened: the saved state, marked as such, no "running".
+            page.keyboard.press("Control+s")
+            deadline = time.monotonic() + 30
+            while True:
+                saved = _api(lab, "/api/contents/monitor.ipynb")["content"]
+                state = (saved["metadata"].get("widgets") or {}).get("application/vnd.jupyter.widget-state+json")
+                if state or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            assert state, "the notebook was saved without its widget state"
+            for session in _api(lab, "/api/sessions"):
+                _api(lab, f"/api/sessions/{session['id']}", method="DELETE")
+            page.goto(lab.open_url("monitor.ipynb"))
+            reopened = page.locator("[data-testid=sl-monitor]")
+            reopened.wait_for(timeout=60_000)
+            page.locator("[data-testid=sl-live][data-live=false]").wait_for(timeout=30_000)
+            assert not _status(reopened).startswith("running"), _status(reopened)
+            assert int(reopened.locator("[data-testid=sl-node][data-node=out]").get_attribute("data-rows") or 0) > 0
+            assert reopened.locator("[data-testid=sl-stop]").is_hidden()
+            page.locator(".jp-Notebook .jp-Cell").nth(SHOW_CELL).locator(".jp-RenderedSVG, img").first.wait_for(
+                timeout=30_000)
+            reopened.scroll_into_view_if_needed()
+            reopened.screenshot(path=str(reopened_shot))
         except Exception as exc:
             page.screenshot(path=str(ARTIFACTS / "monitor-failure.png"), full_page=True)
             raise AssertionError(f"{exc}\n\nnotebook outputs:\n{outputs_text(page)}\n\n"
@@ -96,6 +210,5 @@ def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
         finally:
             browser.close()
     assert not errors, errors
-    assert shot.stat().st_size > 10_000
+    assert shot.stat().st_size > 10_000 and reopened_shot.stat().st_size > 10_000
     print("monitor timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
-
