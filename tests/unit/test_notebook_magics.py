@@ -172,6 +172,15 @@ def test_a_definition_cell_checks_its_node_at_once_as_validate_would(ip: Any,
     assert "note: Node 'screen': 'from' names 'nosuch', which does not exist" in capsys.readouterr().out
 
 
+def test_a_node_nothing_reads_yet_does_not_fail_its_cell(ip: Any) -> None:
+    ip.run_cell_magic("streamling", "source orders", "type: generate\nrows: 10\n")
+    ip.run_cell_magic("streamling", "sink out --from orders", "type: print\n")
+    # The newest cell of a notebook being written: its reader is the next cell.
+    assert ip.run_cell_magic("streamling", "transform t --from orders", "SELECT id FROM orders") is None
+    with pytest.raises(PipelineError, match=r"nodes \['t'\] have no consumers"):
+        ip.run_line_magic("streamling", "validate")
+
+
 def test_bad_yaml_body_names_the_line(ip: Any) -> None:
     with pytest.raises(PipelineError, match=r"the cell body is not valid YAML at line 2.*write the source's keys"):
         ip.run_cell_magic("streamling", "source orders", "type: generate\n  rows: 10\n")

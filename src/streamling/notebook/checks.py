@@ -22,6 +22,10 @@ from streamling.spec.pipeline import SECTIONS, Kind
 NOT_DEFINED_YET = ("which does not exist", "which is not a source or transform",
                    "but not defined in pipeline topology")
 
+#: Whole-pipeline problems reported at a node's path without its name: a node nothing reads yet
+#: is the latest cell of a notebook being written, not a mistake in it.
+UNFINISHED = ("orphan_nodes",)
+
 
 @dataclass
 class CellCheck:
@@ -44,6 +48,8 @@ def check_node(yaml_text: str, kind: Kind, name: str) -> CellCheck:
     section = next(s for s, k in SECTIONS.items() if k == kind)
     check = CellCheck()
     for problem in problems:
+        if problem.code in UNFINISHED:
+            continue
         path = problem.location.path if problem.location else ""
         # A node without a valid 'type' is reported at its own path, without a node name.
         if problem.node != name and not (problem.node is None and path == f"{section}.{name}"):
