@@ -60,7 +60,7 @@ def _summary(t0: float, flushed: list[dict[str, Any]], finalized: list[dict[str,
 
 
 def run_streamling(spark: SparkSession, yaml_text: str, workdir: Path, source_rows: int,
-                   phases: Sequence[str] = (), telemetry: bool = False, sample_rows: int = 0,
+                   phases: Sequence[str] = (), telemetry: bool = False, sample_rows: int = 0, sample_share: float = 0.0,
                    **settings_overrides: Any) -> dict[str, Any]:
     """Run one pipeline to its end with ``PipelineRun`` and time it from ``start()``.
 
@@ -90,6 +90,7 @@ def run_streamling(spark: SparkSession, yaml_text: str, workdir: Path, source_ro
     spec = parse_pipeline(textwrap.dedent(yaml_text))
     run = PipelineRun(spec, settings, spark, bus)
     bus.sample_rows = sample_rows  # the notebook monitor's sampling
+    bus.sample_share = sample_share
     attached = None
     if telemetry:  # what a CLI run attaches: stats, metrics (Prometheus registry), admin API, live inspect
         from streamling.telemetry.attach import attach

@@ -425,3 +425,15 @@ def test_with_the_runs_stats_the_monitor_shows_their_totals() -> None:
     m.flush()
     assert {n: m.node_stats[n]["rows"] for n in ("orders", "big", "out")} == {"orders": 100, "big": 70, "out": 70}
     assert m.node_stats["big"]["expectations"]["positive"]["failed"] == 30
+
+
+def test_sampling_is_held_to_its_share_of_the_run() -> None:
+    bus = ev.EventBus()
+    bus.sample_rows, bus.sample_share = 20, 0.05
+    assert bus.wants_sample("f")  # the first epoch always
+    bus.sampled("f", 0.01)  # 10 ms of samples: the next no sooner than 200 ms later
+    assert not bus.wants_sample("f")
+    time.sleep(0.25)
+    assert bus.wants_sample("f")
+    bus.sample_share = 0.0  # no share: every epoch
+    assert bus.wants_sample("f") and bus.wants_sample("f")

@@ -210,6 +210,9 @@ class NotebookPipeline:
         self.displays: dict[str, ResultView] = {}
         #: source rows a preview reads (and a debug capture keeps) before showing ``--rows`` of each node.
         self.preview_input_rows = 1000
+        #: the share of a run's time its samples (monitor, displays, captures) may take: the first
+        #: epoch is sampled, later ones as often as that allows (``EventBus.sample_share``).
+        self.sample_share = 0.05
 
     # --- authoring ----------------------------------------------------------------------------
 
@@ -374,6 +377,7 @@ class NotebookPipeline:
         settings = self.settings(**overrides)
         bus = ev.EventBus()
         bus.sample_rows = sample_rows
+        bus.sample_share = self.sample_share
         self._samples = _Samples()
         bus.subscribe(self._samples)
         if monitor is not None:

@@ -114,7 +114,12 @@ class EventBus:
         self.node_sample_rows: dict[str, int] = {}
         #: at most one sampled epoch per flow every this many seconds (0: every epoch).
         self.sample_every_secs = 0.0
+        #: at most this share of a flow's time goes to sampling (0: no limit): after an epoch whose
+        #: samples took ``s`` seconds, the next sampled epoch starts no sooner than ``s / share`` later,
+        #: so fast epochs are sampled every few seconds and the pipeline keeps its speed.
+        self.sample_share = 0.0
         self._sampled_at: dict[str, float] = {}
+        self._sample_cost: dict[str, float] = {}
 
     def wants_sample(self, flow: str) -> bool:
         """Whether this epoch of ``flow`` is sampled (sampling on, and its interval passed)."""
@@ -122,10 +127,16 @@ class EventBus:
             return False
         now = time.monotonic()
         last = self._sampled_at.get(flow)
-        if last is not None and now - last < self.sample_every_secs:
-            return False
+        if last is not None:
+            budget = self._sample_cost.get(flow, 0.0) / self.sample_share if self.sample_share > 0 else 0.0
+            if now - last < max(self.sample_every_secs, budget):
+                return False
         self._sampled_at[flow] = now
         return True
+
+    def sampled(self, flow: str, seconds: float) -> None:
+        """What taking the samples of ``flow``'s last sampled epoch cost (for ``sample_share``)."""
+        self._sample_cost[flow] = seconds
 
     def rows_to_sample(self, node: str) -> int:
         """Rows kept of ``node`` in a sampled epoch (0: the node is not sampled)."""

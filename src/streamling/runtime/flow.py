@@ -578,6 +578,13 @@ class FlowRunner:
 
     def _sample(self, epoch: Epoch, frames: dict[str, DataFrame], observed: dict[str, dict[str, Any]]) -> None:
         """A few rows of every node (notebook monitor, live inspect); counts come from the observations."""
+        started = time.perf_counter()
+        try:
+            self._sample_nodes(epoch, frames, observed)
+        finally:
+            self.bus.sampled(self.flow.name, time.perf_counter() - started)
+
+    def _sample_nodes(self, epoch: Epoch, frames: dict[str, DataFrame], observed: dict[str, dict[str, Any]]) -> None:
         for name, df in frames.items():
             n = self.bus.rows_to_sample(name)
             if n <= 0:
