@@ -3,6 +3,7 @@ styles, so an untrusted notebook keeps them) and in text; long values clipped, n
 
 from __future__ import annotations
 
+import html
 import re
 
 import pyarrow as pa
@@ -126,3 +127,14 @@ def test_an_unchanged_definition_shows_one_output_panel_without_marks() -> None:
 
 def test_the_summary_is_escaped() -> None:
     assert "<p>a &lt;b&gt;</p>" in str(render.debug_view("a <b>", {}, None, AFTER).html)
+
+
+def test_schema_view_lists_columns_types_and_key_compactly() -> None:
+    struct = "struct<" + ",".join(f"f{i}:string" for i in range(10)) + ">"
+    view = render.schema_view("big", [("id", "bigint"), ("who", "string"), ("nested", struct)], ["id"])
+    assert view.text == f"big → id: bigint, who: string,\n    nested: {struct} · key: id"  # breaks between columns
+    page = str(view.html)
+    assert '<u>id</u>: <span style="color:#777">bigint</span>' in page and "<u>who</u>" not in page
+    clipped = html.escape(struct[:render.TYPE_CLIP - 1])
+    assert f'<span style="color:#777" title="{html.escape(struct)}">{clipped}…</span>' in page
+    assert page.count('<span style="white-space:nowrap">') == 3  # a column never breaks from its type

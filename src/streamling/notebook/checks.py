@@ -7,15 +7,30 @@ defined yet is not an error here: cells may be written in any order and run top 
 is only noted, and ``validate``/``show``/``run`` fail if it is still missing then. Problems of
 other nodes were reported by their own cells; whole-pipeline ones (no sink yet, nodes without
 consumers) are what an unfinished notebook looks like.
+
+When the kernel already has a Spark session, a cell also resolves its node's output schema
+(``resolved_schema``), as ``show`` does but for the node and what it reads only: analysis on
+empty batches, no job over data. Without a warm session nothing starts a JVM.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from streamling.errors import StreamlingError, ValidationError
-from streamling.spec import parse_pipeline
+from streamling.spec import PipelineSpec, parse_pipeline
 from streamling.spec.pipeline import SECTIONS, Kind
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from streamling.config import Settings
+
+log = logging.getLogger(__name__)
 
 #: How validation words a reference to a name no node has (``from``, SQL ``FROM``,
 #: ``dynamic_table_check``): in a notebook, possibly a node of a later cell.
@@ -59,3 +74,88 @@ def check_node(yaml_text: str, kind: Kind, name: str) -> CellCheck:
         else:
             check.errors.append(problem)
     return check
+
+
+#: Names of the blackhole sinks ``resolved_schema`` adds so an unfinished notebook (no sink yet,
+#: a node nothing reads yet) still parses; no user node is named so.
+PROBE_SINK = "__streamling_schema_probe_{}"
+
+
+@dataclass
+class NodeSchema:
+    """A node's resolved output schema (a sink's: its input's), as ``show`` lists it."""
+
+    node: str
+    columns: list[tuple[str, str]]
+    primary_key: list[str]
+
+
+def resolved_schema(document: dict[str, Any], name: str, settings: Settings,
+                    spark: SparkSession) -> NodeSchema | None:
+    """Node ``name``'s schema, resolved on empty batches of the node and the nodes it reads.
+
+    A problem of the node itself (an unknown column in its SQL, a key it does not have) raises
+    the error ``show`` gives for it. ``None`` when the pipeline around the node does not plan
+    yet (another node's problem, reported by that node's cell and by ``show``).
+    """
+    from streamling.runtime.planner import analyze, build_plan
+
+    spec = _spec_upto(document, name)
+    if spec is None:
+        return None
+    try:
+        plan = build_plan(spec, settings, dry_run=True)
+    except StreamlingError as exc:
+        _raise_own(exc, name)
+        return None
+    try:
+        analyze(plan, spark)
+    except StreamlingError as exc:
+        _raise_own(exc, name)
+    except Exception:  # noqa: BLE001 - a stopped session or a dead JVM: nobody's node to blame here
+        log.debug("resolving the schema of '%s'", name, exc_info=True)
+        return None
+    schema = plan.schemas.get(name)
+    if schema is None:
+        return None
+    return NodeSchema(name, [(f.name, f.dataType.simpleString()) for f in schema.fields], plan.keys.get(name, []))
+
+
+def _spec_upto(document: dict[str, Any], name: str) -> PipelineSpec | None:
+    """The notebook's pipeline cut down to ``name`` and its ancestors (what analysing it needs)."""
+    try:
+        spec = parse_pipeline(yaml.safe_dump(_with_probe_sinks(document), sort_keys=False), source="<notebook>")
+    except (StreamlingError, yaml.YAMLError):
+        return None
+    if name not in spec.nodes:
+        return None
+    keep: set[str] = set()
+    pending = [name]
+    while pending:
+        node = spec.nodes[pending.pop()]
+        if node.name not in keep:
+            keep.add(node.name)
+            pending += [*node.upstream, *node.requires]
+    return PipelineSpec({n: node for n, node in spec.nodes.items() if n in keep}, source=spec.source)
+
+
+def _with_probe_sinks(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with a blackhole sink reading each source and transform: validation then has
+    nothing to say about missing sinks and unread nodes, which a notebook being written has."""
+    producers = [n for section in ("sources", "transforms") for n, body in (document.get(section) or {}).items()
+                 if not (isinstance(body, dict) and body.get("type") == "dynamic_table")]
+    probes = {PROBE_SINK.format(i): {"type": "blackhole", "from": [n]} for i, n in enumerate(producers)}
+    return {**document, "sinks": {**(document.get("sinks") or {}), **probes}}
+
+
+def _raise_own(exc: StreamlingError, name: str) -> None:
+    """Raise the problems of node ``name`` among ``exc``'s, the others are their nodes' to report."""
+    mine = [p for p in (exc.problems if isinstance(exc, ValidationError) else [exc]) if _concerns(p, name)]
+    if mine:
+        raise ValidationError(mine) from None
+
+
+def _concerns(problem: StreamlingError, name: str) -> bool:
+    """Whether a planning or analysis problem is about node ``name`` (a primary key check names
+    its node in the message only)."""
+    return problem.node == name or (problem.node is None and f"'{name}'" in problem.message)

@@ -165,7 +165,8 @@ class StreamlingMagics(Magics):
             display(self._undefined_view(check))
         if node.kind == "transform" and name in self.pipeline.captures:
             return self._debug_view(self.pipeline.debug(name))
-        return None
+        schema = None if check.undefined else self.pipeline.node_schema(name)
+        return render.schema_view(schema.node, schema.columns, schema.primary_key) if schema else None
 
     @staticmethod
     def _undefined_view(check: CellCheck) -> render.Rendered:

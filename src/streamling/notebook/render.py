@@ -112,7 +112,7 @@ MARK_STYLES = {
     "removed": "background:#fde2e1;color:#7a1712;text-decoration:line-through",
 }
 TEXT_MARKS = {"added": "+", "removed": "-"}
-HTML_CLIP, TEXT_CLIP = 60, 24
+HTML_CLIP, TEXT_CLIP, TYPE_CLIP = 60, 24, 40
 
 
 @dataclass
@@ -316,6 +316,34 @@ def debug_view(summary: str, inputs: Mapping[str, pa.Table], before: pa.Table | 
               f'<span style="{MARK_STYLES["removed"]}">removed</span></small></p>') if marks else ""
     return Rendered(text + notes, html_text=f"<p>{html.escape(summary)}</p>{legend}"
                                             f"{side_by_side(panels, max_rows, marks)}")
+
+
+def schema_view(node: str, columns: Sequence[tuple[str, str]], key: Sequence[str] = ()) -> Rendered:
+    """A node's resolved columns on a line or two: what a definition cell shows on a warm session."""
+    keyed = f" · key: {', '.join(key)}" if key else ""
+    text = _wrap([f"{name}: {kind}" for name, kind in columns], f"{node} → ", keyed)
+    items = ", ".join(_schema_item_html(name, kind, name in key) for name, kind in columns)
+    return Rendered(text, html_text=f'<div class="sl-schema" style="font-family:monospace;font-size:12px">'
+                                    f"<b>{html.escape(node)}</b> → {items}{html.escape(keyed)}</div>")
+
+
+def _wrap(items: list[str], head: str, tail: str, width: int = 120) -> str:
+    """``head``, then ``items`` comma-separated, then ``tail``; lines break between items only."""
+    lines = [head.rstrip()]
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else tail)
+        if len(lines[-1]) + 1 + len(piece) > width and lines[-1].strip() not in ("", head.strip()):
+            lines.append("   ")
+        lines[-1] += " " + piece
+    return "\n".join(lines)
+
+
+def _schema_item_html(name: str, kind: str, is_key: bool) -> str:
+    """``name: type`` kept on one line; a long type (a struct) clipped, whole in its tooltip."""
+    title = f' title="{html.escape(kind)}"' if len(kind) > TYPE_CLIP else ""
+    shown = html.escape(name) if not is_key else f"<u>{html.escape(name)}</u>"
+    return (f'<span style="white-space:nowrap">{shown}: <span style="color:#777"{title}>'
+            f"{html.escape(_clip(kind, TYPE_CLIP))}</span></span>")
 
 
 class Rendered:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
+    from streamling.notebook.checks import NodeSchema
     from streamling.notebook.display import ResultView
     from streamling.runtime.pipeline import PipelineRun
     from streamling.runtime.planner import Flow, Plan
@@ -293,6 +294,15 @@ class NotebookPipeline:
 
             self._spark = build_session(self.settings(), app_name="streamling-notebook")
         return self._spark
+
+    def node_schema(self, name: str) -> NodeSchema | None:
+        """Node ``name``'s resolved schema when this pipeline already has a Spark session; ``None``
+        without one, since a definition cell must stay instant (see ``checks.resolved_schema``)."""
+        if self._spark is None:
+            return None
+        from streamling.notebook.checks import resolved_schema
+
+        return resolved_schema(self.document(), name, self.settings(), self._spark)
 
     def plan(self, analyze: bool = False, **overrides: Any) -> Plan:
         from streamling.runtime.planner import analyze as analyze_plan
