@@ -116,7 +116,8 @@ def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
             out_rows = monitor.locator("[data-testid=sl-node][data-node=out] .sl-node-rows").text_content() or ""
             # counts are integers ("9 rows", "1.4k rows"), never "9.0 rows"
             assert re.fullmatch(r"(\d+|\d+(\.\d)?[kMG]) rows", out_rows), out_rows
-            assert re.fullmatch(r"\d+", monitor.locator("[data-testid=sl-node][data-node=out]").get_attribute("data-rows") or "")
+            exact = monitor.locator("[data-testid=sl-node][data-node=out]").get_attribute("data-rows") or ""
+            assert re.fullmatch(r"\d+", exact), exact
             epoch = monitor.locator("[data-testid=sl-epoch][data-state=finalized]").first
             assert "orders" in epoch.inner_text()  # the source's end offset is listed
 
