@@ -59,11 +59,12 @@ def test_display_shows_a_transforms_rows_and_what_the_postgres_sink_wrote(spark:
         rows_view.flush()
         table_view.flush()
 
-        # The transform: its newest epoch's rows, as many as the display asked for (not the 20 of the run).
+        # The transform: its newest sampled epoch's rows, as many as the display asked for (not the run's 20).
         assert rows_view.columns[:3] == ["id", "customer", "amount"]
         assert rows_view.types[:3] == ["int64", "string", "double"]
         assert len(rows_view.rows) == 150 and all(r[2] > 500 for r in rows_view.rows)
-        assert rows_view.epoch == 2 and all(2000 <= r[0] < 3000 for r in rows_view.rows)
+        first_id = rows_view.epoch * 1000  # generate: epoch N holds ids N*1000 … N*1000+999
+        assert all(first_id <= r[0] < first_id + 1000 for r in rows_view.rows)
 
         # The sink: rows queried from its table, highest key first.
         with psycopg.connect(postgres) as conn:
@@ -73,6 +74,15 @@ def test_display_shows_a_transforms_rows_and_what_the_postgres_sink_wrote(spark:
         assert f'rows of table "public"."{table}"' in table_view.caption and table_view.epoch == 2
         assert table_view.error == ""
         assert "50 rows · epoch 2" in table_view.summary_text()
+
+        # A display made after the run shows its last rows: the last sample, the table queried again.
+        late_rows, late_table = display_node(nb, "big", rows=10), display_node(nb, "out", rows=5)
+        _until(lambda: late_table.status == "finished" and late_table.rows != [])
+        late_rows.flush()
+        late_table.flush()
+        assert late_rows.status == "finished" and late_rows.rows == rows_view.rows[:10]
+        assert rows_view.status == "replaced by a newer display of 'big'"
+        assert [r[0] for r in late_table.rows] == stored[:5]
     finally:
         with psycopg.connect(postgres, autocommit=True) as conn:
             conn.execute(f'DROP TABLE IF EXISTS public."{table}"')

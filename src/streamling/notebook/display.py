@@ -2,7 +2,8 @@
 
 ``ResultView`` is an ``EventBus`` subscriber, like the monitor. A source's or transform's rows are
 the samples the run takes of it (``EventBus.node_sample_rows`` asks for ``limit`` rows of that
-node): the newest epoch first, older epochs filling up to the limit. A sink shows what it wrote
+node; which epochs are sampled is the bus's choice): the newest epoch first, older epochs filling
+up to the limit. A sink shows what it wrote
 when its target can be queried — a Postgres or ClickHouse table, a Delta table — read again after
 each committed epoch by a worker thread (never the event thread, never failing the pipeline; a
 failed read is shown in the widget); any other sink shows the rows it was given (its upstream's
@@ -299,8 +300,8 @@ class ResultView(anywidget.AnyWidget):  # type: ignore[misc]
                        f"(a {spec.type} sink keeps nothing this view can query)")
         else:
             sampled = [self.node]
-            caption = (f"latest rows of {spec.kind} '{self.node}', sampled as each epoch runs: the newest epoch "
-                       f"first, older epochs up to {self.limit} rows")
+            caption = (f"latest rows of {spec.kind} '{self.node}' from the epochs the run samples (each slow "
+                       f"epoch, fast ones every few seconds): the newest first, older ones up to {self.limit} rows")
         self.follow(flow=flow, sampled=sampled, reader=reader, caption=caption, run=run)
         if run.active:
             bus = pipeline.bus
