@@ -256,7 +256,7 @@ class ResultView(anywidget.AnyWidget):  # type: ignore[misc]
                                        "updated_at": None}
         self._table: pa.Table | None = None
         self._types: list[str] = []
-        self._rows: list[list[Any]] = []
+        self._pushed: pa.Table | None = None  # the table whose rows the front end has
         self._flow: str | None = None
         self._sampled: list[str] = [self.node]
         self._window: dict[tuple[int, str], pa.Table] = {}  # (epoch, node) → sampled rows
@@ -417,7 +417,7 @@ class ResultView(anywidget.AnyWidget):  # type: ignore[misc]
                 rows += self._window[key].num_rows
 
     def _show(self, table: pa.Table, types: list[str], **state: Any) -> None:
-        self._table, self._types, self._rows = table, types, _rows_json(table)
+        self._table, self._types = table, types
         self._state.update(state)
 
     def _set(self, **state: Any) -> None:
@@ -467,16 +467,18 @@ class ResultView(anywidget.AnyWidget):  # type: ignore[misc]
     # --- pushing traits (at most a few times a second; the last state always goes out) ----------------
 
     def _schedule(self, immediate: bool) -> None:
+        """Push now, or (events) from a timer thread: the rows' conversion and the comm message
+        never hold up the epoch that published the event."""
         with self._lock:
             if not self._dirty:
                 return
-            wait = self._last_push + PUSH_INTERVAL_SECS - time.monotonic()
-            if immediate or wait <= 0:
+            if immediate:
                 if self._timer is not None:
                     self._timer.cancel()
                     self._timer = None
                 self._push()
             elif self._timer is None:
+                wait = max(0.0, self._last_push + PUSH_INTERVAL_SECS - time.monotonic())
                 self._timer = threading.Timer(wait, self._on_timer)
                 self._timer.daemon = True
                 self._timer.start()
@@ -491,12 +493,15 @@ class ResultView(anywidget.AnyWidget):  # type: ignore[misc]
         """Send the state to the front end (caller holds the lock)."""
         self._dirty = False
         self._last_push = time.monotonic()
-        columns = self._table.column_names if self._table is not None else []
+        table = self._table
         try:
             with self.hold_sync():
                 for name, value in self._state.items():
                     setattr(self, name, value)
-                self.columns, self.types, self.rows = columns, list(self._types), list(self._rows)
+                if table is not self._pushed:
+                    self._pushed = table
+                    self.columns = table.column_names if table is not None else []
+                    self.types, self.rows = list(self._types), _rows_json(table) if table is not None else []
         except Exception:  # noqa: BLE001 - a closed comm must not break the event bus
             log.debug("display update failed", exc_info=True)
 
@@ -540,7 +545,7 @@ class ResultView(anywidget.AnyWidget):  # type: ignore[misc]
     def headline(self) -> str:
         """``42 rows · epoch 7 · 12:03:04`` (what the front end shows above the table)."""
         with self._lock:
-            s, rows = dict(self._state), len(self._rows)
+            s, rows = dict(self._state), self._table.num_rows if self._table is not None else 0
         parts = [f"{rows} row{'s' if rows != 1 else ''}"]
         if s["epoch"] is not None:
             first = s["first_epoch"]
