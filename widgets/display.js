@@ -159,9 +159,14 @@ function render({ model, el }) {
     });
   }
 
+  // No kernel answers the ping of a display reopened from a saved notebook: its rows are a snapshot.
+  let live = null;
   function renderHead() {
     title.textContent = `${model.get("kind")} ${model.get("node")}`;
-    const state = model.get("status") || "";
+    let state = model.get("status") || "";
+    if (live === false && /^(running|waiting)/.test(state)) state = "saved snapshot · not live";
+    parquetButton.hidden = live === false;
+    status.dataset.live = live === false ? "false" : "true";
     status.textContent = state;
     status.dataset.state = state.split(/[:\s(]/)[0];
     caption.textContent = model.get("caption") || "";
@@ -342,6 +347,11 @@ function render({ model, el }) {
     model.send({ type: "parquet" });
   });
   model.on("msg:custom", (msg, buffers) => {
+    if (msg && msg.type === "pong") {
+      live = true;
+      renderHead();
+      return;
+    }
     if (!msg || msg.type !== "parquet") return;
     if (msg.error || !buffers || !buffers.length) {
       note.textContent = msg.error || "the kernel sent no file";
@@ -369,6 +379,18 @@ function render({ model, el }) {
     model.on(`change:${name}`, renderHead);
   }
   renderColumns();
+  try {
+    model.send({ type: "ping" });
+  } catch (err) {
+    live = false;
+  }
+  const pingTimer = setTimeout(() => {
+    if (live === null) {
+      live = false;
+      renderHead();
+    }
+  }, 5000);
+  return () => clearTimeout(pingTimer);
 }
 
 export default { render };

@@ -3,7 +3,8 @@ a notebook that defines a pipeline with the ``%%streamling`` magics and starts i
 
 One kernel (one Spark start) walks through what a user would look for, in order: the monitor's DAG,
 finalized epochs, rows of the in-flight batch and the rate chart; a SQL mistake shown as one line and
-nothing else; the epoch breakdown and Spark's progress report; the restart and stop buttons; `show`'s
+nothing else; the live result table of `%streamling display`; the epoch breakdown and Spark's progress
+report; the restart and stop buttons; `show`'s
 graph as a picture; then the notebook saved, its kernel gone, and reopened: the monitor renders its
 saved state marked as not live, never a frozen "running" widget. Screenshots land in
 ``tests/artifacts/`` (CI artifacts).
@@ -31,6 +32,7 @@ CELLS = [
     "%%streamling transform big --from orders\nSELECT id, amount FROM orders WHERE amount > 100",
     "%%streamling sink out --from big\ntype: blackhole",
     "%streamling run --seconds 600",
+    "%streamling display big --rows 50",
     # A typo in a column: its definition cell (the session is warm) or `show` fails with one line.
     "%%streamling sink typo_out --from typo\ntype: blackhole",
     "%%streamling transform typo --from orders\nSELECT id, amont FROM orders",
@@ -38,8 +40,8 @@ CELLS = [
     "%streamling remove typo_out\n%streamling remove typo",
     "%streamling show",
 ]
-TYPO_CELLS = (5, 6, 7)
-SHOW_CELL = 9
+TYPO_CELLS = (6, 7, 8)
+SHOW_CELL = 10
 
 
 def _api(lab: Lab, path: str, method: str = "GET") -> Any:
@@ -129,6 +131,24 @@ def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
             monitor.locator("[data-testid=sl-node-select]").select_option("big")
             rows.first.wait_for(timeout=30_000)
 
+            # The live result table: the transform's latest rows, typed, sortable, refreshed by later epochs.
+            display = page.locator("[data-testid=sl-display]")
+            display.locator("[data-testid=sl-display-row]").first.wait_for(timeout=60_000)
+            columns = display.locator("[data-testid=sl-display-header]").evaluate_all(
+                "els => els.map(e => e.dataset.column)")
+            assert columns[:2] == ["id", "amount"], columns
+            headline = display.locator("[data-testid=sl-display-headline]").inner_text()
+            display.locator("[data-testid=sl-display-header][data-column=amount]").click()
+            display.locator("[data-testid=sl-display-header][data-column=amount]").click()  # descending
+            cells_shown = display.locator("[data-testid=sl-display-row] td:nth-child(2)").all_inner_texts()
+            shown = [float(t) for t in cells_shown]
+            assert shown == sorted(shown, reverse=True) and all(a > 100 for a in shown), shown
+            assert display.locator("[data-testid=sl-display-chart] svg").count() == 1
+            page.wait_for_function(
+                "h => document.querySelector('[data-testid=sl-display-headline]').textContent !== h",
+                arg=headline, timeout=90_000)
+            timings["display refreshed"] = time.monotonic() - started
+
             # An epoch opens its breakdown, with every part named, and Spark's progress report.
             epoch.click()
             detail = monitor.locator("[data-testid=sl-epoch-detail]").first
@@ -200,6 +220,10 @@ def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
             assert not _status(reopened).startswith("running"), _status(reopened)
             assert int(reopened.locator("[data-testid=sl-node][data-node=out]").get_attribute("data-rows") or 0) > 0
             assert reopened.locator("[data-testid=sl-stop]").is_hidden()
+            snapshot = page.locator("[data-testid=sl-display]")
+            assert snapshot.locator("[data-testid=sl-display-row]").count() > 0  # the saved rows, no kernel
+            page.wait_for_function("() => document.querySelector('[data-testid=sl-display-status]')"
+                                   ".dataset.live === 'false'", timeout=30_000)
             page.locator(".jp-Notebook .jp-Cell").nth(SHOW_CELL).locator(".jp-RenderedSVG, img").first.wait_for(
                 timeout=30_000)
             reopened.scroll_into_view_if_needed()

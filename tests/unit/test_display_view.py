@@ -134,6 +134,8 @@ def test_parquet_download_answers_with_the_rows_and_their_exact_types(monkeypatc
     assert content == {"type": "parquet", "filename": "big.parquet"} and buffers is not None
     back = pq.read_table(pa.BufferReader(buffers[0]))
     assert back.schema == table.schema and back.to_pylist() == table.to_pylist()
+    view._on_message(view, {"type": "ping"}, [])  # the front end asks whether a kernel is behind it
+    assert sent[-1] == ({"type": "pong"}, None)
 
 
 def _magics(tmp_path: Path) -> StreamlingMagics:

@@ -529,7 +529,12 @@ class ResultView(anywidget.AnyWidget):  # type: ignore[misc]
         return bytes(out.getvalue().to_pybytes())
 
     def _on_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        """``{"type": "parquet"}`` from the front end: answer with the file as a binary buffer."""
+        """``{"type": "parquet"}`` from the front end: answer with the file as a binary buffer;
+        ``{"type": "ping"}``: answer, so the front end knows a kernel is behind it (a notebook
+        reopened from its saved widget state has none and shows the rows as a snapshot)."""
+        if isinstance(content, dict) and content.get("type") == "ping":
+            self.send({"type": "pong"})
+            return
         if not isinstance(content, dict) or content.get("type") != "parquet":
             return
         try:
