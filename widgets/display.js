@@ -1,8 +1,7 @@
 // streamling result view: the front end of streamling.notebook.display.ResultView (anywidget ESM).
 // A node's latest rows as a sortable table, a quick line/bar chart and CSV/Parquet downloads.
-// No build step and no imports: plain DOM and inline SVG; text always goes through textContent.
+// No build step and no imports (common.js, with h/s, is prepended): plain DOM and inline SVG.
 
-const SVG_NS = "http://www.w3.org/2000/svg";
 const NUMERIC = /^(nullable\()?(u?int\d*|integer|smallint|bigint|float\d*|double|halffloat|decimal|numeric|real)\b/i;
 const TEMPORAL = /^(nullable\()?(timestamp|date|datetime|time)/i;
 const CHART_W = 640;
@@ -10,30 +9,6 @@ const CHART_H = 220;
 const PAD = { left: 56, right: 12, top: 10, bottom: 34 };
 const MAX_BARS = 100;
 const MAX_DOTS = 200;
-
-function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === undefined || v === null || v === false) continue;
-    if (k === "class") el.className = v;
-    else if (k === "text") el.textContent = v;
-    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, v === true ? "" : String(v));
-  }
-  for (const c of children.flat()) if (c !== null && c !== undefined) el.append(c);
-  return el;
-}
-
-function s(tag, attrs = {}, ...children) {
-  const el = document.createElementNS(SVG_NS, tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === undefined || v === null) continue;
-    if (k === "text") el.textContent = v;
-    else el.setAttribute(k, String(v));
-  }
-  for (const c of children.flat()) if (c !== null && c !== undefined) el.append(c);
-  return el;
-}
 
 const isNumeric = (type) => NUMERIC.test(type || "");
 const isTemporal = (type) => TEMPORAL.test(type || "");

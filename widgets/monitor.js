@@ -1,39 +1,12 @@
 // streamling pipeline monitor: the front end of streamling.notebook.monitor.Monitor (anywidget ESM).
-// No build step and no imports: everything is drawn with plain DOM and inline SVG, and text is
-// always set through textContent, never parsed as HTML.
+// No build step and no imports (common.js, with h/s, is prepended): plain DOM and inline SVG.
 
-const SVG_NS = "http://www.w3.org/2000/svg";
 const STATES = ["planned", "flushed", "finalized"];
 const NODE_W = 156;
 const NODE_H = 56;
 const GAP_X = 40;
 const GAP_Y = 18;
 const PAD = 10;
-
-function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === undefined || v === null || v === false) continue;
-    if (k === "class") el.className = v;
-    else if (k === "text") el.textContent = v;
-    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, v === true ? "" : String(v));
-  }
-  for (const c of children.flat()) if (c !== null && c !== undefined) el.append(c);
-  return el;
-}
-
-function s(tag, attrs = {}, ...children) {
-  const el = document.createElementNS(SVG_NS, tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === undefined || v === null) continue;
-    if (k === "text") el.textContent = v;
-    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, String(v));
-  }
-  for (const c of children.flat()) if (c !== null && c !== undefined) el.append(c);
-  return el;
-}
 
 const fmtInt = (n) => (n === null || n === undefined ? "—" : Math.round(n).toLocaleString("en-US"));
 function fmtCompact(n) {

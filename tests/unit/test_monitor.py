@@ -75,11 +75,11 @@ def test_diamond_depth_is_the_longest_path() -> None:
     assert {n["name"]: n["depth"] for n in graph["nodes"]} == {"a": 0, "b": 1, "c": 2, "d": 3}
 
 
-def test_front_end_assets_are_found() -> None:
-    js = mon._asset("monitor.js")
-    assert js.is_file() and "export default" in js.read_text()
-    assert mon._asset("monitor.css").is_file()
-    assert 'data-testid": "sl-monitor"' in js.read_text()
+def test_front_end_assets_are_found_with_the_shared_prelude() -> None:
+    js, css = Monitor._esm, Monitor._css
+    assert "function h(tag" in js and "export default" in js and 'data-testid": "sl-monitor"' in js
+    assert js.index("function h(tag") < js.index("function render(")
+    assert "--sl-fg" in css and ".sl-monitor h4" in css
 
 
 # --- events ----------------------------------------------------------------------------------------

@@ -24,13 +24,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-import anywidget
 import pyarrow as pa
 import traitlets
 
 from streamling.errors import StreamlingError, java_message
 from streamling.notebook import render
-from streamling.notebook.monitor import PUSH_INTERVAL_SECS, _asset
+from streamling.notebook.monitor import PUSH_INTERVAL_SECS
+from streamling.notebook.widget import SummarizedWidget, front_end
 from streamling.runtime import events as ev
 from streamling.util import did_you_mean, json_safe
 
@@ -219,11 +219,11 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
         return tables[0]
 
 
-class ResultView(anywidget.AnyWidget):  # type: ignore[misc]
+class ResultView(SummarizedWidget):
     """The latest rows of one node of the notebook's pipeline, live while it runs."""
 
-    _esm = _asset("display.js")
-    _css = _asset("display.css")
+    _esm = front_end("display.js")
+    _css = front_end("display.css")
 
     node = traitlets.Unicode("").tag(sync=True)
     kind = traitlets.Unicode("").tag(sync=True)
@@ -586,15 +586,6 @@ class ResultView(anywidget.AnyWidget):  # type: ignore[misc]
                    else f"<p><i>{esc(self.headline())}</i></p>")
         out.append("</div>")
         return "".join(out)
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """The live widget for Jupyter front ends, plus the rows for renderers without one."""
-        bundle = super()._repr_mimebundle_(**kwargs)
-        data, metadata = bundle if bundle is not None else ({}, {})
-        data = dict(data)
-        data["text/plain"] = self.summary_text()
-        data["text/html"] = self.summary_html()
-        return data, metadata
 
 
 # --- the magic --------------------------------------------------------------------------------------

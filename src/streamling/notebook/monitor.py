@@ -23,14 +23,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
-import anywidget
 import traitlets
 
 from streamling.notebook.render import dag_depths
+from streamling.notebook.widget import SummarizedWidget, front_end
 from streamling.runtime import events as ev
 from streamling.telemetry.stats import RunStats
 from streamling.util import json_safe
@@ -43,20 +41,6 @@ MAX_SAMPLE_ROWS = 20
 PUSH_INTERVAL_SECS = 0.25  # at most ~4 trait pushes per second
 RATE_WINDOW_SECS = 30.0
 _STATE_RANK = {"planned": 0, "flushed": 1, "finalized": 2}
-
-
-def _asset(name: str) -> Path:
-    """A front-end file: packaged as ``streamling.widgets`` in a wheel, or the repository's
-    top-level ``widgets/`` folder in an editable install (which does not map that package)."""
-    try:
-        packaged = resources.files("streamling.widgets").joinpath(name)
-        if packaged.is_file():
-            return Path(str(packaged))
-    except (ModuleNotFoundError, TypeError):
-        pass
-    return Path(__file__).resolve().parents[3] / "widgets" / name
-
-
 
 
 def plan_graph(description: dict[str, Any]) -> dict[str, Any]:
@@ -130,11 +114,11 @@ class _NodeRows:
         return sum(r for _, r in counted) / span if span > 0 else None
 
 
-class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
+class Monitor(SummarizedWidget):
     """Live view of a running pipeline: DAG, epoch timeline, sampled rows, rates."""
 
-    _esm = _asset("monitor.js")
-    _css = _asset("monitor.css")
+    _esm = front_end("monitor.js")
+    _css = front_end("monitor.css")
 
     title = traitlets.Unicode("").tag(sync=True)
     status = traitlets.Unicode("starting").tag(sync=True)
@@ -553,12 +537,3 @@ class Monitor(anywidget.AnyWidget):  # type: ignore[misc]
                        f"{esc(e['message'])}</p>")
         out.append("</div>")
         return "".join(out)
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """The live widget for Jupyter front ends, plus a summary for renderers without one."""
-        bundle = super()._repr_mimebundle_(**kwargs)
-        data, metadata = bundle if bundle is not None else ({}, {})
-        data = dict(data)
-        data["text/plain"] = self.summary_text()
-        data["text/html"] = self.summary_html()
-        return data, metadata
