@@ -138,6 +138,9 @@ class FlowRunner:
         self.failure: StreamlingError | None = None
         self.rows_to_sinks = 0
         self.last_epoch: int | None = None
+        #: the last unsampled epoch's seconds: a sampled epoch's extra time (caching the batch, the
+        #: limit jobs) is what sampling cost, which ``EventBus.sample_share`` budgets
+        self._plain_epoch_secs: float | None = None
         self.finalized_epoch: int | None = None
         self.stop_reason: str | None = None
         self._in_batch = threading.Event()
@@ -485,6 +488,11 @@ class FlowRunner:
         for i, source in enumerate(self.sources):
             source.on_flushed(epoch, planned[i] if i < len(planned) else None)
         durations["total"] = (time.perf_counter() - started) * 1000
+        seconds = durations["total"] / 1000
+        if sampled:  # conservative until an unsampled epoch is known: the whole epoch counts
+            self.bus.sampled(self.flow.name, max(0.0, seconds - (self._plain_epoch_secs or 0.0)))
+        else:
+            self._plain_epoch_secs = seconds
         self.last_epoch = batch_id
         self.rows_to_sinks += max(rows.values(), default=0)
         self.bus.publish(ev.EpochFlushed(self.flow.name, epoch=batch_id, rows=rows, durations_ms=durations,
@@ -578,13 +586,6 @@ class FlowRunner:
 
     def _sample(self, epoch: Epoch, frames: dict[str, DataFrame], observed: dict[str, dict[str, Any]]) -> None:
         """A few rows of every node (notebook monitor, live inspect); counts come from the observations."""
-        started = time.perf_counter()
-        try:
-            self._sample_nodes(epoch, frames, observed)
-        finally:
-            self.bus.sampled(self.flow.name, time.perf_counter() - started)
-
-    def _sample_nodes(self, epoch: Epoch, frames: dict[str, DataFrame], observed: dict[str, dict[str, Any]]) -> None:
         for name, df in frames.items():
             n = self.bus.rows_to_sample(name)
             if n <= 0:
