@@ -111,3 +111,42 @@ def test_print_sink_rows_go_to_the_runs_own_stream(spark: Any, tmp_path: Path,
     assert out.getvalue().splitlines() == [f'{n} -> (sample_every=1) [Insert] {{"id":{n - 1},"_gs_op":"i"}}'
                                            for n in (1, 2, 3)]
     assert "sample_every" not in capsys.readouterr().out
+
+
+def test_running_again_swaps_in_the_edited_pipeline_from_the_last_committed_epoch(spark: Any,
+                                                                                  tmp_path: Path) -> None:
+    nb = _notebook(spark, tmp_path, {"type": "generate", "rows_per_second": 2000, "rows_per_batch": 500,
+                                     "primary_key": "id"})
+    nb.define("transform", "big", {"type": "sql", "from": ["orders"], "sql": "SELECT id, 'v1' AS version FROM orders"})
+    nb.sample_share = 0.0  # every epoch sampled: the test reads the rows each epoch produced
+
+    def sample(node: str, version: str | None = None, timeout: float = 120) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = nb._samples.get(node)
+            if got is not None and got.rows and (version is None or got.rows[0]["version"] == version):
+                return got
+            time.sleep(0.05)
+        raise AssertionError(f"no sample of {node} {version or ''} within {timeout}s")
+
+    first = nb.start(sample_rows=5)
+    try:
+        old = sample("big", "v1")
+        # A broken edit is refused before anything stops: the running pipeline goes on.
+        nb.define("transform", "big", {"type": "sql", "from": ["orders"], "sql": "SELECT id, versoin FROM orders"})
+        with pytest.raises(StreamlingError, match="versoin"):
+            nb.start(sample_rows=5, replace=True)
+        assert first.active and nb.current is first
+
+        nb.define("transform", "big", {"type": "sql", "from": ["orders"],
+                                       "sql": "SELECT id, 'v2' AS version FROM orders"})
+        swapped_at = time.monotonic()
+        second = nb.start(sample_rows=5, replace=True)
+        new = sample("big", "v2")
+        print(f"edited SQL → first epoch of the new definition through the sink: {time.monotonic() - swapped_at:.2f}s")
+        assert not first.active and first.error is None and second.active
+        # Same checkpoint: the epochs and the source's rows go on from where the first run committed.
+        assert new.epoch > old.epoch
+        assert min(r["id"] for r in new.rows) > max(r["id"] for r in old.rows)
+    finally:
+        nb.stop()

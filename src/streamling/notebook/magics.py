@@ -254,8 +254,10 @@ class StreamlingMagics(Magics):
 
             printed = Output(layout={"max_height": "240px", "overflow": "auto"})
         print_out = cast(TextIO, _WidgetStream(printed)) if printed is not None else None
+        # Run again while running: the cells' current definitions replace the running pipeline in this
+        # warm session, from its last committed epoch (checked first: a broken edit keeps the old one).
         nb.start(rows=args.rows, seconds=args.seconds, sample_rows=args.sample or self.sample_rows, monitor=monitor,
-                 print_out=print_out)
+                 print_out=print_out, replace=True)
         if monitor is not None:
             monitor.set_status("running")
             monitor.set_controller(lambda action: self._control(action, args, print_out))
@@ -277,17 +279,18 @@ class StreamlingMagics(Magics):
         again on the same checkpoints (an edited transform takes over where the last epoch ended)."""
         nb = self.pipeline
         monitor = nb.monitor
-        running = nb.current is not None and nb.current.active
+        current = nb.current if nb.current is not None and nb.current.active else None
         if action == "stop":
-            if running:
-                nb.stop()
+            if current is not None:
+                current.stop()
             return
         if action != "restart" or monitor is None:
             return
-        if running:
+        description = nb.plan(analyze=True).describe()  # a broken edit fails here and keeps the run going
+        if current is not None:
             monitor.set_status("restarting: waiting for the epoch in flight")
-            nb.stop()
-        monitor.reset(nb.plan().describe())
+            current.stop(reason="restarted from the monitor")
+        monitor.reset(description)
         nb.start(rows=args.rows, seconds=args.seconds, sample_rows=args.sample or self.sample_rows, monitor=monitor,
                  print_out=print_out)
         monitor.set_status("running")

@@ -165,8 +165,8 @@ class NotebookRun:
     def active(self) -> bool:
         return not self.finished.is_set()
 
-    def stop(self, timeout_secs: float = 120) -> None:
-        self.run.request_stop("stopped from the notebook")
+    def stop(self, timeout_secs: float = 120, reason: str = "stopped from the notebook") -> None:
+        self.run.request_stop(reason)
         self.finished.wait(timeout_secs)
 
     def wait(self, timeout_secs: float | None = None) -> bool:
@@ -373,14 +373,22 @@ class NotebookPipeline:
     # --- running ------------------------------------------------------------------------------
 
     def start(self, rows: int | None = None, seconds: float | None = None, sample_rows: int = 20,
-              monitor: Any = None, print_out: TextIO | None = None) -> NotebookRun:
+              monitor: Any = None, print_out: TextIO | None = None, replace: bool = False) -> NotebookRun:
         """Start in the background. ``print_out`` receives the print sinks' lines (e.g. an output
-        widget under the monitor), so rows printed later never land in whatever cell runs then."""
+        widget under the monitor), so rows printed later never land in whatever cell runs then.
+
+        ``replace``: a running pipeline is swapped for the cells' current definitions in this warm
+        session (no JVM restart): the new pipeline is validated and analysed first — a broken edit
+        leaves the old one running — then the old one stops after its epoch in flight and the new
+        one starts on the same checkpoint, where the old one's last committed epoch ended."""
         from streamling.runtime.pipeline import PipelineRun
         from streamling.sinks.print import PrintSink
 
         if self.current is not None and self.current.active:
-            raise StreamlingError("the pipeline is already running", hint="run `%streamling stop` first")
+            if not replace:
+                raise StreamlingError("the pipeline is already running", hint="run `%streamling stop` first")
+            self.plan(analyze=True)
+            self.current.stop(reason="replaced by the cells' current definitions")
         overrides: dict[str, Any] = {}
         if rows is not None:
             overrides["num_records_before_stop"] = rows
