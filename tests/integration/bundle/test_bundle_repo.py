@@ -54,9 +54,12 @@ def test_repo_bundle_runs_the_kafka_notebook_with_a_job_parameter(
     [job_run] = runs(ROOT, env, "kafka_to_postgres")
     assert job_run["params"]["min_amount"] == "20" and job_run["state"] == "running"
     # The run view shows the driver's own figures (what its admin API serves), read while it runs.
+    # (an epoch's rows are counted when its sinks flushed, its checkpoint once Spark committed it: the
+    # driver writes its figures in between too, so wait for both)
     figures = wait_for(lambda: (f := runs(ROOT, env, "kafka_to_postgres")[0]["attempts"][-1]["figures"])
-                       and f["rows_to_sinks"] >= 3 and f, 60, "the driver's figures")
-    assert figures["status"] == "running" and figures["checkpoint"]["epochs_succeeded"] >= 1
+                       and f["rows_to_sinks"] >= 3 and f["checkpoint"]["epochs_succeeded"] >= 1 and f, 60,
+                       "the driver's figures")
+    assert figures["status"] == "running"
     assert figures["nodes"]["orders"]["kind"] == "source" and figures["admin_api"].startswith("http://127.0.0.1:")
     summary = json.loads(bundle(ROOT, env, "summary", "-o", "json").stdout)
     assert summary["jobs"]["kafka_to_postgres"]["last_run"]["figures"]["rows_to_sinks"] >= 3
