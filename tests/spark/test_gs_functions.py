@@ -292,3 +292,21 @@ def test_pipeline_sql_reaches_the_functions(runner: Any, tmp_path: Any, read_del
     assert all(r["parts"][0] == "customer" and len(r["hashed"]) == 32 for r in rows)
     assert [r["next_id"] for r in rows] == [str(i + 1) for i in range(6)]
     assert len({r["uid"] for r in rows}) == 6
+
+
+def test_udfs_are_registered_once_per_jvm_session(spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``foreachBatch`` gives every epoch a new Python wrapper of the query's JVM session: the
+    functions registered for the first epoch must not be registered again (it cost ~100 ms an epoch)."""
+    from pyspark.sql import SparkSession
+
+    from streamling.functions import udfs
+
+    catalog.register_udfs(spark)
+    calls: list[Any] = []
+    monkeypatch.setattr(udfs, "register", lambda session: calls.append(session))
+    fresh = SparkSession(spark.sparkContext, spark._jsparkSession)  # what foreachBatch hands an epoch
+    catalog.register_udfs(fresh)
+    assert calls == []
+    clone = SparkSession(spark.sparkContext, spark._jsparkSession.newSession())  # a session without them
+    catalog.register_udfs(clone)
+    assert len(calls) == 1

@@ -224,20 +224,31 @@ def function_names() -> list[str]:
 
 def register_udfs(spark: SparkSession) -> None:
     """Register every udf-kind function in ``spark``, and plugin UDFs not registered yet
-    (idempotent; cheap after the first call)."""
-    if not getattr(spark, "_streamling_udfs", False):
-        from streamling.functions import udfs
+    (idempotent; cheap after the first call).
 
-        udfs.register(spark)
-        spark._streamling_udfs = True  # type: ignore[attr-defined]
+    ``foreachBatch`` hands each epoch a new Python ``SparkSession`` wrapping the query's one JVM
+    session, so a mark on the Python object alone would register all of them again every epoch
+    (~100 ms); the JVM session's function registry says whether they are there."""
+    from streamling.functions import udfs
     from streamling.plugins.registry import UDFS
 
+    if not getattr(spark, "_streamling_udfs", False):
+        if not _registered(spark, next(iter(udfs.UDFS))):
+            udfs.register(spark)
+        spark._streamling_udfs = True  # type: ignore[attr-defined]
     done: set[str] = getattr(spark, "_streamling_plugin_udfs", set())
     for name, plugin in UDFS.items():
         if name not in done:
-            from streamling.functions import udfs
-
-            udfs.register_plugin_udf(spark, PLUGIN_UDF_PREFIX + name, plugin.fn, plugin.returns,
-                                     plugin.deterministic)
+            if not _registered(spark, PLUGIN_UDF_PREFIX + name):
+                udfs.register_plugin_udf(spark, PLUGIN_UDF_PREFIX + name, plugin.fn, plugin.returns,
+                                         plugin.deterministic)
             done.add(name)
     spark._streamling_plugin_udfs = done  # type: ignore[attr-defined]
+
+
+def _registered(spark: SparkSession, name: str) -> bool:
+    """Whether ``spark``'s JVM session already has the function ``name`` (one round trip)."""
+    try:
+        return bool(spark.catalog.functionExists(name))
+    except Exception:  # noqa: BLE001 - when in doubt, register (idempotent)
+        return False
