@@ -16,6 +16,7 @@ import pytest
 
 from streamling.notebook import monitor as mon
 from streamling.notebook.monitor import Monitor, json_safe, plan_graph
+from streamling.notebook.widget import PUSH_INTERVAL_SECS
 from streamling.runtime import events as ev
 
 DESCRIPTION: dict[str, Any] = {
@@ -340,7 +341,7 @@ def test_pushes_are_throttled_and_the_last_state_always_arrives() -> None:
     for epoch in range(200):
         m.handle(ev.EpochPlanned("orders", epoch=epoch))
     elapsed = time.monotonic() - started
-    assert len(pushes) <= 2 + elapsed / mon.PUSH_INTERVAL_SECS
+    assert len(pushes) <= 2 + elapsed / PUSH_INTERVAL_SECS
     deadline = time.monotonic() + 5
     while (not m.epochs or m.epochs[-1]["epoch"] != 199) and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -29,7 +29,6 @@ import traitlets
 
 from streamling.errors import StreamlingError, java_message
 from streamling.notebook import render
-from streamling.notebook.monitor import PUSH_INTERVAL_SECS
 from streamling.notebook.widget import SummarizedWidget, front_end
 from streamling.runtime import events as ev
 from streamling.util import did_you_mean, json_safe
@@ -222,6 +221,7 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 class ResultView(SummarizedWidget):
     """The latest rows of one node of the notebook's pipeline, live while it runs."""
 
+    push_from_timer = True  # rows are converted to JSON on the timer thread, never in an epoch
     _esm = front_end("display.js")
     _css = front_end("display.css")
 
@@ -250,7 +250,6 @@ class ResultView(SummarizedWidget):
 
     def __init__(self, node: str, kind: str, limit: int = DEFAULT_ROWS, **kwargs: Any) -> None:
         super().__init__(node=node, kind=kind, limit=limit, **kwargs)
-        self._lock = threading.RLock()
         self._state: dict[str, Any] = {"status": "waiting", "caption": self._waiting_caption(), "error": "",
                                        "epoch": None, "first_epoch": None, "latest_epoch": None, "count": None,
                                        "updated_at": None}
@@ -266,9 +265,6 @@ class ResultView(SummarizedWidget):
         self._unsubscribe: Callable[[], None] | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._dirty = False
-        self._last_push = 0.0
-        self._timer: threading.Timer | None = None
         self.on_msg(self._on_message)
         self._push()
 
@@ -465,29 +461,6 @@ class ResultView(SummarizedWidget):
         self._schedule(immediate=False)
 
     # --- pushing traits (at most a few times a second; the last state always goes out) ----------------
-
-    def _schedule(self, immediate: bool) -> None:
-        """Push now, or (events) from a timer thread: the rows' conversion and the comm message
-        never hold up the epoch that published the event."""
-        with self._lock:
-            if not self._dirty:
-                return
-            if immediate:
-                if self._timer is not None:
-                    self._timer.cancel()
-                    self._timer = None
-                self._push()
-            elif self._timer is None:
-                wait = max(0.0, self._last_push + PUSH_INTERVAL_SECS - time.monotonic())
-                self._timer = threading.Timer(wait, self._on_timer)
-                self._timer.daemon = True
-                self._timer.start()
-
-    def _on_timer(self) -> None:
-        with self._lock:
-            self._timer = None
-            if self._dirty:
-                self._push()
 
     def _push(self) -> None:
         """Send the state to the front end (caller holds the lock)."""

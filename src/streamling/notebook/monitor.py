@@ -38,7 +38,6 @@ log = logging.getLogger(__name__)
 MAX_EPOCHS = 50
 MAX_RATES = 120
 MAX_SAMPLE_ROWS = 20
-PUSH_INTERVAL_SECS = 0.25  # at most ~4 trait pushes per second
 RATE_WINDOW_SECS = 30.0
 _STATE_RANK = {"planned": 0, "flushed": 1, "finalized": 2}
 
@@ -143,7 +142,6 @@ class Monitor(SummarizedWidget):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._lock = threading.RLock()
         self._status = self.status
         self._epochs: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         self._rows: dict[str, _NodeRows] = {}
@@ -156,9 +154,6 @@ class Monitor(SummarizedWidget):
         self._rates: list[dict[str, Any]] = []
         self._error: dict[str, Any] | None = None
         self._flows: dict[str, dict[str, Any]] = {}
-        self._last_push = 0.0
-        self._timer: threading.Timer | None = None
-        self._dirty = False
         #: Spark's progress report per epoch, sent to the front end only when asked for (not synced)
         self._progress: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         self._controller: Callable[[str], None] | None = None
@@ -382,27 +377,6 @@ class Monitor(SummarizedWidget):
             self._node_rows(event.node).record((event.flow, event.epoch), event.at, int(event.count), 2)
 
     # --- pushing traits ---------------------------------------------------------------------------
-
-    def _schedule(self, immediate: bool) -> None:
-        with self._lock:
-            if not self._dirty:
-                return
-            wait = self._last_push + PUSH_INTERVAL_SECS - time.monotonic()
-            if immediate or wait <= 0:
-                if self._timer is not None:
-                    self._timer.cancel()
-                    self._timer = None
-                self._push()
-            elif self._timer is None:
-                self._timer = threading.Timer(wait, self._on_timer)
-                self._timer.daemon = True
-                self._timer.start()
-
-    def _on_timer(self) -> None:
-        with self._lock:
-            self._timer = None
-            if self._dirty:
-                self._push()
 
     def _started_at(self) -> float | None:
         started = [f["started_at"] for f in self._flows.values() if f["started_at"] is not None]

@@ -1,8 +1,11 @@
-"""What the notebook's widgets share: their front-end files, and the text/HTML a renderer without
-widgets (nbval, nbconvert, jobs) shows instead."""
+"""What the notebook's widgets share: their front-end files, the text/HTML a renderer without
+widgets (nbval, nbconvert, jobs) shows instead, and throttled pushes of their state."""
 
 from __future__ import annotations
 
+import threading
+import time
+from abc import ABCMeta, abstractmethod
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -31,14 +34,62 @@ def front_end(name: str) -> str:
     return asset(common).read_text(encoding="utf-8") + "\n" + asset(name).read_text(encoding="utf-8")
 
 
-class SummarizedWidget(anywidget.AnyWidget):  # type: ignore[misc]
-    """A widget whose output also carries ``summary_text``/``summary_html`` for renderers without one."""
+PUSH_INTERVAL_SECS = 0.25  # at most ~4 trait pushes per second
 
+
+class _WidgetMeta(type(anywidget.AnyWidget), ABCMeta):  # type: ignore[misc]
+    """traitlets' metaclass with ``abc``'s, so a widget missing a summary cannot be created."""
+
+
+class SummarizedWidget(anywidget.AnyWidget, metaclass=_WidgetMeta):  # type: ignore[misc]
+    """A widget fed from background threads: state changes under ``_lock`` mark it dirty and
+    ``_schedule`` pushes the traits at most every ``PUSH_INTERVAL_SECS`` (a trailing timer always
+    sends the last state). Its output also carries ``summary_text``/``summary_html`` for renderers
+    without widgets."""
+
+    #: True: a change not marked immediate is always pushed from the timer thread, so the thread that
+    #: made it (an epoch publishing an event) never pays for the push
+    push_from_timer = False
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lock = threading.RLock()
+        self._dirty = False
+        self._last_push = 0.0
+        self._timer: threading.Timer | None = None
+
+    @abstractmethod
     def summary_text(self) -> str:
-        raise NotImplementedError
+        """A plain-text picture of the widget's state."""
 
+    @abstractmethod
     def summary_html(self) -> str:
-        raise NotImplementedError
+        """The same as a small HTML fragment."""
+
+    @abstractmethod
+    def _push(self) -> None:
+        """Send the state to the front end (the caller holds ``_lock``); clears ``_dirty``."""
+
+    def _schedule(self, immediate: bool) -> None:
+        with self._lock:
+            if not self._dirty:
+                return
+            wait = self._last_push + PUSH_INTERVAL_SECS - time.monotonic()
+            if immediate or (wait <= 0 and not self.push_from_timer):
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                self._push()
+            elif self._timer is None:
+                self._timer = threading.Timer(max(0.0, wait), self._on_timer)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._dirty:
+                self._push()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
         bundle = super()._repr_mimebundle_(**kwargs)
