@@ -246,3 +246,40 @@ def test_a_transient_failure_raised_on_an_executor_is_retried_by_the_flow(runner
     retried = [e for e in runner.of_type(ev.PipelineError) if e.retriable]
     assert [(e.node, e.message, e.attempt) for e in retried] == [
         ("loud", "upper transform 'loud': its service did not answer", 1)]
+
+
+def test_node_rows_are_exact_while_only_row_changing_nodes_are_observed(runner, spark):
+    """Each node's count per epoch is exact; a projection shares its input's count instead of adding a
+    Spark observation to the plan (each one splits Spark's generated code), a filter is observed."""
+    yaml_text = """
+        sources:
+          orders: {type: generate, rows: 3000, rows_per_batch: 1000}
+        transforms:
+          proj: {type: sql, sql: "SELECT id, amount * 2 AS twice, _gs_op FROM orders"}
+          big: {type: sql, sql: "SELECT id, twice FROM proj WHERE twice > 1500"}
+        sinks:
+          all: {type: blackhole, from: proj}
+          some: {type: blackhole, from: big}
+    """
+    runner.run(yaml_text)
+    flushed = runner.of_type(ev.EpochFlushed)
+    assert [e.epoch for e in flushed] == [0, 1, 2]
+    for e in flushed:
+        amounts = generate_batch("orders", 1000 * e.epoch, 1000 * (e.epoch + 1), 0, 0).column("amount").to_pylist()
+        big = sum(1 for a in amounts if a * 2 > 1500)
+        assert 0 < big < 1000
+        assert e.node_rows == {"orders": 1000, "proj": 1000, "big": big}
+        assert e.rows == {"all": 1000, "some": big}
+
+    from streamling.runtime.flow import evaluate
+    from streamling.runtime.observe import EpochObservations
+
+    run = runner.pipeline(yaml_text)
+    plan = run.analyze()
+    flow = plan.flows[0]
+    [source] = plan.sources(flow)
+    raw = {"orders": spark.createDataFrame(generate_batch("orders", 0, 10, 0, 0).to_pandas())}
+    watch = EpochObservations()
+    evaluate(plan, flow, spark, raw, None, watch=watch)
+    assert set(watch.observations) == {"orders#input", "big"}
+    assert watch.same_rows == {"orders": "orders#input", "proj": "orders"}

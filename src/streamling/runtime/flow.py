@@ -23,7 +23,7 @@ from streamling.runtime import events as ev
 from streamling.runtime import expectations
 from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import Epoch, Sink, Source, Transform
-from streamling.runtime.observe import EVENT_TIME_MAX, INPUT, ROWS, EpochObservations
+from streamling.runtime.observe import EVENT_TIME_MAX, INPUT, RECEIVED, ROWS, EpochObservations
 from streamling.runtime.planner import Flow, Plan
 from streamling.runtime.retry import STOPPED, call_with_retry
 from streamling.runtime.side_outputs import SideOutputs
@@ -68,20 +68,24 @@ def evaluate(plan: Plan, flow: Flow, spark: SparkSession, raw: dict[str, DataFra
     for source in plan.sources(flow):
         read = raw[source.name] if watch is None else watch.watch(source.name + INPUT, raw[source.name])
         frame = source.spread(source.decode(read, epoch))
-        frames[source.name] = _watched(watch, source, frame)
+        frames[source.name] = _watched(watch, source, frame, (source.name + INPUT, read))
         if source.name == upto:
             return frames
     for spec in flow.transforms:
         node = plan.nodes[spec.name]
         assert isinstance(node, Transform)
         frame = node.apply(spark, {u: node.spread(frames[u]) for u in spec.upstream}, epoch)
-        frames[spec.name] = _watched(watch, node, expectations.guard(node, frame, watch))
+        like = (spec.upstream[0], frames[spec.upstream[0]]) if len(spec.upstream) == 1 else None
+        frames[spec.name] = _watched(watch, node, expectations.guard(node, frame, watch), like)
         if spec.name == upto:
             break
     return frames
 
 
-def _watched(watch: EpochObservations | None, node: Source | Transform, frame: DataFrame) -> DataFrame:
+def _watched(watch: EpochObservations | None, node: Source | Transform, frame: DataFrame,
+             like: tuple[str, DataFrame] | None) -> DataFrame:
+    """``frame`` counted (and its event time observed) as ``node``'s output; ``like`` is its input,
+    whose count it shares when its plan keeps the input's rows."""
     if watch is None:
         return frame
     extra = {}
@@ -90,7 +94,7 @@ def _watched(watch: EpochObservations | None, node: Source | Transform, frame: D
         from pyspark.sql import functions as F
 
         extra[EVENT_TIME_MAX] = F.max(F.col(f"`{event_time.column}`"))
-    return watch.watch(node.name, frame, extra)
+    return watch.count(node.name, frame, like, extra)
 
 
 def _json(value: Any) -> Any:
@@ -156,6 +160,8 @@ class FlowRunner:
         self._retried_input: dict[int, int] = {}
         #: the epoch's source rows as the sources' observations counted them (exact, whatever else read them)
         self._observed_input: dict[int, int] = {}
+        #: per node, whether its plan keeps its input's rows (then it shares its input's count)
+        self._shapes: dict[str, bool] = {}
         self._offsets: dict[str, Any] = {}
         self.root = Path(self.settings.state_dir).resolve() / self.settings.application_id / flow.name
         self.checkpoint_dir = self.root / "checkpoint"
@@ -455,7 +461,7 @@ class FlowRunner:
             watch: list[EpochObservations] = []
 
             def dag() -> dict[str, DataFrame]:
-                watch[:] = [EpochObservations()]  # a retried evaluation observes afresh
+                watch[:] = [EpochObservations(shapes=self._shapes)]  # a retried evaluation observes afresh
                 return evaluate(self.plan, self.flow, spark, raw, epoch, watch=watch[0])
 
             frames = call_with_retry(dag, self.settings.retry, f"flow '{self.flow.name}' epoch {batch_id} transforms",
@@ -472,10 +478,16 @@ class FlowRunner:
                 for other in inputs[1:]:
                     df = df.unionByName(other, allowMissingColumns=True)
                 df = expectations.guard(sink, df, watch[0] if watch else None)
+                if not sink.counts_rows and watch:
+                    like = (spec.upstream[0], frames[spec.upstream[0]]) if len(spec.upstream) == 1 else None
+                    df = watch[0].count(sink.name + RECEIVED, df, like)
                 t0 = time.perf_counter()
                 rows[sink.name] = self._write(sink, sink.spread(df), epoch, on_retry)
                 durations[sink.name] = (time.perf_counter() - t0) * 1000
             observed = watch[0].results() if watch else {}
+            for sink in self.sinks:
+                if not sink.counts_rows:
+                    rows[sink.name] = int(observed.get(sink.name + RECEIVED, {}).get(ROWS) or 0)
             if all(s.name + INPUT in observed for s in self.sources):  # what the sources read, before decoding
                 self._observed_input[batch_id] = sum(int(observed[s.name + INPUT][ROWS]) for s in self.sources)
             # After the sinks: their jobs filled the observations; a sample's limited job must not.

@@ -229,9 +229,13 @@ class Sink(Node[OptionsT]):
     def open(self, spark: SparkSession) -> None:  # noqa: B027 - optional hook
         """Prepare before the first epoch (connect, create tables). Not called on dry runs."""
 
+    #: whether ``write`` returns the number of rows it received; a sink that cannot count them without
+    #: more work (``blackhole``) says False and the flow counts them in the write's own job
+    counts_rows: ClassVar[bool] = True
+
     @abstractmethod
     def write(self, df: DataFrame, epoch: Epoch) -> int:
-        """Write the batch; return the number of rows the sink received."""
+        """Write the batch; return the number of rows the sink received (ignored when not ``counts_rows``)."""
 
     def ddl_statements(self) -> list[str]:
         """The SQL that ``open`` runs to prepare the target, computed without connecting (shown by

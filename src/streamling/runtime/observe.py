@@ -1,9 +1,15 @@
 """Per-node metrics of an epoch, computed in the same pass as the sinks' writes.
 
-Each node's output DataFrame carries a Spark ``Observation`` (``df.observe``): its row count and,
+A node's output DataFrame carries a Spark ``Observation`` (``df.observe``): its row count and,
 where configured, the largest event time and expectation failures. Spark fills the observation when
 a sink's job runs the plan, so counting costs no extra job; results are read without blocking once
 the sinks have written (an observation whose plan no job ran stays unknown rather than waiting).
+
+An observation is not free: Spark's ``CollectMetrics`` operator is not code-generated, so each one
+in the middle of a plan splits its generated code and touches every row once more (on Kafka → SQL
+→ blackhole, one per node cost a fifth of the throughput). A node whose plan provably keeps its
+input's rows one for one (projections, renames, repartitions, sorts: checked on Spark's analysed
+plan, never guessed from SQL text) is therefore not observed: its count is its input's.
 """
 
 from __future__ import annotations
@@ -20,15 +26,60 @@ log = logging.getLogger(__name__)
 ROWS = "rows"
 #: the key suffix of a source's raw input (what it read, before decoding and its filter)
 INPUT = "#input"
+#: the key suffix of what a sink was given, counted by the flow for sinks that do not count
+RECEIVED = "#received"
 EVENT_TIME_MAX = "event_time_max"
 _ids = itertools.count()
 
 
+#: logical operators that emit exactly one row per input row (the analysed plan's node names)
+ROW_PRESERVING = frozenset({"Project", "SubqueryAlias", "View", "Repartition", "RepartitionByExpression",
+                            "RebalancePartitions", "Sort", "ResolvedHint", "Window", "CollectMetrics"})
+
+
+def keeps_rows(df: DataFrame, source: DataFrame) -> bool:
+    """Whether ``df`` has exactly the rows of ``source`` one for one: walking down ``df``'s analysed plan
+    reaches ``source``'s plan through row-preserving single-child operators only."""
+    target = source._jdf.queryExecution().analyzed()
+    node = df._jdf.queryExecution().analyzed()
+    for _ in range(64):
+        if node.equals(target):
+            return True
+        if node.nodeName() not in ROW_PRESERVING or node.children().size() != 1:
+            return False
+        node = node.children().head()
+    return False
+
+
 @dataclass
 class EpochObservations:
-    """The observations of one epoch's nodes, by node name."""
+    """The observations of one epoch's nodes, by node name.
+
+    ``shapes`` remembers, per node, whether its plan keeps its input's rows; it is shared by the
+    epochs of one flow, whose nodes keep their plan shape (same definitions, same input schemas).
+    """
 
     observations: dict[str, Observation] = field(default_factory=dict)
+    #: node → the observed node whose row count it has
+    same_rows: dict[str, str] = field(default_factory=dict)
+    shapes: dict[str, bool] = field(default_factory=dict)
+
+    def count(self, node: str, df: DataFrame, like: tuple[str, DataFrame] | None = None,
+              extra: dict[str, Column] | None = None) -> DataFrame:
+        """``df``'s rows counted for ``node``: by its own observation, or, when there are no ``extra``
+        aggregates and ``df`` keeps the rows of ``like`` (a counted node and its frame), as that node's."""
+        if like is not None and not extra:
+            keeps = self.shapes.get(node)
+            if keeps is None:
+                try:
+                    keeps = self.shapes[node] = keeps_rows(df, like[1])
+                except Exception:  # noqa: BLE001 - a plan we cannot walk is simply observed
+                    log.debug("walking the plan of %s failed", node, exc_info=True)
+                    keeps = self.shapes[node] = False
+            if keeps:
+                self.same_rows[node] = like[0]
+                return df
+        return self.watch(node, df, extra)
 
     def watch(self, node: str, df: DataFrame, extra: dict[str, Column] | None = None) -> DataFrame:
         """``df`` observed: its rows counted (and ``extra`` aggregates computed) as sinks read it."""
@@ -51,7 +102,18 @@ class EpochObservations:
                 out[node] = dict(obs.get)
             except Exception:  # noqa: BLE001 - a metric must never fail the epoch
                 log.debug("reading the observation of %s failed", node, exc_info=True)
+        for node in self.same_rows:
+            counted = self._counted_as(node)
+            if counted in out:
+                out[node] = {ROWS: out[counted][ROWS]}
         return out
+
+    def _counted_as(self, node: str) -> str:
+        seen = {node}
+        while node in self.same_rows and self.same_rows[node] not in seen:
+            node = self.same_rows[node]
+            seen.add(node)
+        return node
 
 
 class Counted:
