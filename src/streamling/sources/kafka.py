@@ -71,6 +71,10 @@ class KafkaSource(Source[KafkaSourceOptions]):
         self._reader: RegisteredSchema | None = None
         self._consumer: Any = None
         self._wide: dict[str, ColumnType] = {}  # wide decimal columns, exact text
+        # The per-record decode columns, built once per set of known schemas: building them costs ~40
+        # round trips to the JVM, which every epoch paid before (unresolved columns are reusable).
+        self._decoders: tuple[Any, list[Column]] | None = None
+        self._filter: Column | None = None
 
     # --- schema ---------------------------------------------------------------------------------
 
@@ -173,6 +177,33 @@ class KafkaSource(Source[KafkaSourceOptions]):
     def decode(self, df: DataFrame, epoch: Epoch | None) -> DataFrame:
         from pyspark.sql import functions as F
 
+        key: Any = "json"
+        if self.options.data_format != "json":
+            # New writer schemas are picked up each epoch; ids and versions name them (an id's schema
+            # never changes in a registry).
+            reader, _, registered = self._resolution()
+            key = (reader.schema_id, sorted((sid, r.version) for sid, r in registered.items()))
+        if self._decoders is None or self._decoders[0] != key:
+            self._decoders, self._filter = (key, self._decode_columns()), None
+        columns = self._decoders[1]
+        out = df.select(*columns).select("__v.*", GS_OP, *_names(columns[2:]))
+        out = wide_decimal_columns(out, self._wide, from_bytes=self.options.data_format == "avro")
+        if self.options.filter:
+            try:
+                register_udfs(out.sparkSession)  # the filter may call Streamling's SQL functions
+                if self._filter is None:
+                    # the filter is DataFusion SQL, as in Streamling: translated for Spark
+                    types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
+                    self._filter = F.expr(spark_expression(self.options.filter, types))
+                out = out.where(self._filter)
+            except Exception as exc:  # noqa: BLE001 - Spark raises parse and analysis errors as several types
+                raise self._filter_error(exc, out.columns) from exc
+        return out
+
+    def _decode_columns(self) -> list[Column]:
+        """The decoded record (``__v``), the op and the metadata columns, as unresolved columns."""
+        from pyspark.sql import functions as F
+
         where = self._where()
         if self.options.data_format == "json":
             ddl = spark_ddl(self.options.schema_ or {})
@@ -190,17 +221,7 @@ class KafkaSource(Source[KafkaSourceOptions]):
             meta = [F.col("topic").alias("_kafka_topic"), F.col("partition").alias("_kafka_partition"),
                     F.col("offset").alias("_kafka_offset"), F.col("timestamp").alias("_kafka_timestamp"),
                     F.col("key").cast("string").alias("_kafka_key")]
-        out = df.select(decoded.alias("__v"), op.alias(GS_OP), *meta).select("__v.*", GS_OP, *_names(meta))
-        out = wide_decimal_columns(out, self._wide, from_bytes=self.options.data_format == "avro")
-        if self.options.filter:
-            try:
-                # the filter is DataFusion SQL, as in Streamling: translated for Spark
-                types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
-                register_udfs(out.sparkSession)  # the filter may call Streamling's SQL functions
-                out = out.where(F.expr(spark_expression(self.options.filter, types)))
-            except Exception as exc:  # noqa: BLE001 - Spark raises parse and analysis errors as several types
-                raise self._filter_error(exc, out.columns) from exc
-        return out
+        return [decoded.alias("__v"), op.alias(GS_OP), *meta]
 
     def _filter_error(self, exc: BaseException, columns: list[str]) -> StreamlingError:
         """The filter as the user wrote it failed to resolve: say which column, once, without a plan dump."""
