@@ -458,8 +458,9 @@ def run_handwritten(spark: SparkSession, query: Query, workdir: Path, data: Topi
 
     def batch_fn(batch: DataFrame, batch_id: int) -> None:
         t = time.perf_counter()
-        # The same output as streamling's: the query's columns plus the CDC op from the dbz.op header.
-        op = F.expr("CASE lower(cast(try_element_at(filter(headers, h -> h.key = 'dbz.op'), 1).value AS STRING)) "
+        # The same output as streamling's: the query's columns plus the CDC op from the dbz.op header,
+        # looked up as streamling does (no lambda, so the projection stays in generated code).
+        op = F.expr("CASE lower(cast(get(headers, array_position(headers.key, 'dbz.op') - 1).value AS STRING)) "
                     "WHEN 'u' THEN 'u' WHEN 'd' THEN 'd' ELSE 'i' END")
         decoded = (batch.select(from_avro(F.expr("substring(value, 6)"), schema_json).alias("v"), op.alias("_gs_op"),
                                 F.col("offset").alias("_kafka_offset"))

@@ -283,3 +283,25 @@ def test_node_rows_are_exact_while_only_row_changing_nodes_are_observed(runner, 
     evaluate(plan, flow, spark, raw, None, watch=watch)
     assert set(watch.observations) == {"orders#input", "big"}
     assert watch.same_rows == {"orders": "orders#input", "proj": "orders"}
+
+
+def test_a_single_sink_reading_once_takes_the_input_count_from_sparks_scan(runner, caplog):
+    """One source, one blackhole: the input is not observed, Spark's scan metric counts it exactly."""
+    caplog.set_level("INFO", logger="streamling.runtime.flow")
+    runner.run("""
+        sources:
+          orders: {type: generate, rows: 2000, rows_per_batch: 1000}
+        transforms:
+          big: {type: sql, sql: "SELECT id, amount FROM orders WHERE amount > 750"}
+        sinks:
+          some: {type: blackhole, from: big}
+    """)
+    flushed = runner.of_type(ev.EpochFlushed)
+    assert [e.epoch for e in flushed] == [0, 1]
+    for e in flushed:
+        amounts = generate_batch("orders", 1000 * e.epoch, 1000 * (e.epoch + 1), 0, 0).column("amount").to_pylist()
+        big = sum(1 for a in amounts if a > 750)
+        assert e.node_rows == {"orders": 1000, "big": big}
+        assert e.rows == {"some": big}
+    assert [e.input_rows for e in runner.of_type(ev.EpochFinalized)] == [1000, 1000]
+    assert "scan metric is not available" not in caplog.text

@@ -66,7 +66,9 @@ def evaluate(plan: Plan, flow: Flow, spark: SparkSession, raw: dict[str, DataFra
     """
     frames: dict[str, DataFrame] = {}
     for source in plan.sources(flow):
-        read = raw[source.name] if watch is None else watch.watch(source.name + INPUT, raw[source.name])
+        read = raw[source.name]
+        if watch is not None and watch.observe_input:
+            read = watch.watch(source.name + INPUT, read)
         frame = source.spread(source.decode(read, epoch))
         frames[source.name] = _watched(watch, source, frame, (source.name + INPUT, read))
         if source.name == upto:
@@ -162,6 +164,8 @@ class FlowRunner:
         self._observed_input: dict[int, int] = {}
         #: per node, whether its plan keeps its input's rows (then it shares its input's count)
         self._shapes: dict[str, bool] = {}
+        #: whether the epoch's input count can be read from Spark's scan metric (see ``_scanned_rows``)
+        self._scan_counts = True
         self._offsets: dict[str, Any] = {}
         self.root = Path(self.settings.state_dir).resolve() / self.settings.application_id / flow.name
         self.checkpoint_dir = self.root / "checkpoint"
@@ -459,9 +463,14 @@ class FlowRunner:
             # flow retries the evaluation with the same policy as sink writes (it is idempotent).
             raw = self._raw
             watch: list[EpochObservations] = []
+            # One source read once by the one sink's single job: Spark's scan metric is the exact
+            # input count, so the input is not observed (an observation splits the generated code).
+            spark_counts = (not cached[0] and self.query is not None and self._scan_counts
+                            and len(self.sources) == 1 and len(self.sinks) == 1 and self.sinks[0].reads_once)
 
             def dag() -> dict[str, DataFrame]:
-                watch[:] = [EpochObservations(shapes=self._shapes)]  # a retried evaluation observes afresh
+                # a retried evaluation observes afresh
+                watch[:] = [EpochObservations(shapes=self._shapes, observe_input=not spark_counts)]
                 return evaluate(self.plan, self.flow, spark, raw, epoch, watch=watch[0])
 
             frames = call_with_retry(dag, self.settings.retry, f"flow '{self.flow.name}' epoch {batch_id} transforms",
@@ -484,6 +493,13 @@ class FlowRunner:
                 t0 = time.perf_counter()
                 rows[sink.name] = self._write(sink, sink.spread(df), epoch, on_retry)
                 durations[sink.name] = (time.perf_counter() - t0) * 1000
+            if spark_counts and watch:
+                # a retried write read the batch again: the flow counted it once on the cached batch
+                scanned = self._retried_input.get(batch_id)
+                if scanned is None:
+                    scanned = self._scanned_rows()
+                if scanned is not None:
+                    watch[0].given[self.sources[0].name + INPUT] = {ROWS: scanned}
             observed = watch[0].results() if watch else {}
             for sink in self.sinks:
                 if not sink.counts_rows:
@@ -517,6 +533,27 @@ class FlowRunner:
             self.request_stop(f"num_records_before_stop={limit} reached")
         if any(s.wants_stop() for s in self.sinks):
             self.request_stop("a print sink reached its num_records_before_stop")
+
+    def _scanned_rows(self) -> int | None:
+        """The rows the epoch's source scan produced, from Spark's own metric on the plan of the epoch
+        in flight (exact when one job read the batch once). None, and the flow observes its input
+        from the next epoch on, if the plan does not have exactly one scan with that metric."""
+        try:
+            leaves = self.query._jsq.streamingQuery().lastExecution().executedPlan().collectLeaves()  # type: ignore[union-attr]
+            found = []
+            it = leaves.iterator()
+            while it.hasNext():
+                metrics = it.next().metrics()
+                if metrics.contains("numOutputRows"):
+                    found.append(int(metrics.get("numOutputRows").get().value()))
+            if len(found) == 1:
+                return found[0]
+        except Exception:  # noqa: BLE001 - an internal API: fall back to observing the input
+            log.debug("reading the scan metric failed", exc_info=True)
+        log.info("flow '%s': Spark's scan metric is not available; counting input rows by observation",
+                 self.flow.name)
+        self._scan_counts = False
+        return None
 
     def _planned_offsets(self, batch_id: int) -> list[Any]:
         """The end offset of each source for ``batch_id``, from Spark's write-ahead log (written

@@ -232,6 +232,10 @@ class Sink(Node[OptionsT]):
     #: whether ``write`` returns the number of rows it received; a sink that cannot count them without
     #: more work (``blackhole``) says False and the flow counts them in the write's own job
     counts_rows: ClassVar[bool] = True
+    #: whether ``write`` reads the batch exactly once (one Spark job over all of it): the flow of a
+    #: single source and this single sink then takes the epoch's input count from Spark's own scan
+    #: metric instead of observing the input (an observation costs every record a little)
+    reads_once: ClassVar[bool] = False
 
     @abstractmethod
     def write(self, df: DataFrame, epoch: Epoch) -> int:

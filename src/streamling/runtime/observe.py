@@ -63,6 +63,10 @@ class EpochObservations:
     #: node → the observed node whose row count it has
     same_rows: dict[str, str] = field(default_factory=dict)
     shapes: dict[str, bool] = field(default_factory=dict)
+    #: whether sources' raw input is observed; False when Spark's scan metric counts it exactly
+    observe_input: bool = True
+    #: counts known without an observation (``given``), by key
+    given: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def count(self, node: str, df: DataFrame, like: tuple[str, DataFrame] | None = None,
               extra: dict[str, Column] | None = None) -> DataFrame:
@@ -93,7 +97,7 @@ class EpochObservations:
 
     def results(self) -> dict[str, dict[str, Any]]:
         """Every observation Spark has filled, by node; nodes whose plan no job ran are left out."""
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, dict[str, Any]] = dict(self.given)
         for node, obs in self.observations.items():
             jo = getattr(obs, "_jo", None)
             try:

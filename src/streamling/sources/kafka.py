@@ -214,7 +214,9 @@ class KafkaSource(Source[KafkaSourceOptions]):
                                                                                 where))).otherwise(body)
         else:
             decoded = self._avro(where)
-        op = F.expr("CASE lower(cast(try_element_at(filter(headers, h -> h.key = 'dbz.op'), 1).value AS STRING)) "
+        # The first dbz.op header's value, found without a lambda: a higher-order function (filter)
+        # cannot be code-generated, so Spark would interpret the whole decode projection per record.
+        op = F.expr("CASE lower(cast(get(headers, array_position(headers.key, 'dbz.op') - 1).value AS STRING)) "
                     "WHEN 'u' THEN 'u' WHEN 'd' THEN 'd' ELSE 'i' END")
         meta = []
         if self.options.include_metadata:
