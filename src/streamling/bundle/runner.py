@@ -345,6 +345,7 @@ class Runner:
         self.store.set_attempt(attempt_id, pid=proc.pid)
         self.store.set_task(run_id, task_key, state="running", attempts=number, started_at=time.time(),
                             retry_at=None)
+        self.store.set_run(run_id, deployment=self.version)  # the version the run now runs
         self.attempts[attempt_id] = Attempt(attempt_id, run_id, job_key, task_key, number, self.version, proc.pid,
                                             log_path, time.time(), proc)
         log.info("run %d task '%s' attempt %d started (pid %d, deployment %d)", run_id, task_key, number, proc.pid,
@@ -412,6 +413,7 @@ class Runner:
         log.info("run %d task '%s' attempt %d %s (exit %d)", run_id, key, attempt.number, state, code)
         if state == "redeployed":
             self.store.set_task(run_id, key, state="pending", message=message)
+            self.store.set_run(run_id, message=message)  # replaces what an earlier swap attempt said
             return
         if state == "succeeded":
             self.store.set_task(run_id, key, state="succeeded", ended_at=now, message=message)
