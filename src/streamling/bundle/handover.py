@@ -49,7 +49,7 @@ def read(path: Path) -> dict[str, Any] | None:
 
 def restart_reasons(running: Settings, new: Settings) -> list[str]:
     """What in ``new`` a warm driver cannot apply: Spark settings are fixed when its JVM starts (a
-    reused SparkSession ignores new ones), and plugins are imported once per process."""
+    reused SparkSession ignores new ones), and plugin modules are imported once per process."""
     reasons: list[str] = []
     for key in ("master", "shuffle_partitions"):
         before, after = getattr(running.spark, key), getattr(new.spark, key)
@@ -59,6 +59,6 @@ def restart_reasons(running: Settings, new: Settings) -> list[str]:
     changed = sorted(k for k in set(old_conf) | set(new_conf) if old_conf.get(k) != new_conf.get(k))
     if changed:  # keys only: a conf value may be a credential
         reasons.append(f"spark.conf changed ({', '.join(changed)})")
-    if running.plugin != new.plugin:
-        reasons.append("the plugin settings changed")
+    if running.plugin.path != new.plugin.path:  # options of loaded plugins apply per run: those can swap
+        reasons.append(f"plugin.path changed ({running.plugin.path} → {new.plugin.path})")
     return reasons
