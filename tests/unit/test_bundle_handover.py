@@ -100,6 +100,19 @@ def test_a_changed_notebook_task_is_swapped_in_its_driver_across_a_runner_restar
     assert driver.poll() is None, "the driver was not stopped"
 
 
+def test_a_revert_deployed_before_the_driver_answered_supersedes_the_swap(
+        started: tuple[Workspace, Path, int]) -> None:
+    ws, log_path, run_id = started
+    _answer(log_path, running=1, request=None)
+    runner = _runner(ws)
+    _step(runner)
+    _deploy(ws, 2, "v2")
+    _step(runner)
+    _deploy(ws, 3, "v1")  # back to what the driver runs, before it picked up deployment 2
+    _step(runner)
+    assert handover.read(handover.request_file(log_path))["deployment"] == 3  # type: ignore[index]
+
+
 def test_a_refused_swap_keeps_the_run_on_its_version_with_the_error(
         started: tuple[Workspace, Path, int], driver: subprocess.Popen[bytes]) -> None:
     ws, log_path, run_id = started

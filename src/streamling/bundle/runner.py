@@ -176,8 +176,8 @@ class Runner:
         if after is None:
             self._stop_attempt(attempt, "cancel")
             return False
-        if before is not None and before["fingerprint"] == after["fingerprint"]:
-            return False
+        if before is not None and before["fingerprint"] == after["fingerprint"] and attempt.swap_to is None:
+            return False  # unchanged (a reverted change still supersedes a swap asked for and not answered)
         if attempt.stopping is not None:
             return False  # on its way out already
         status = handover.read(handover.status_file(attempt.log_path))
