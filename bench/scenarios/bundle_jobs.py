@@ -8,6 +8,11 @@ executors on the two one-core workers). Everything goes through the CLI as a use
 
 - **deploy → first row**: a ``continuous`` job (generate at 2,000 rows/s, unbounded). Seconds from
   starting ``streamling bundle deploy`` until Postgres shows the first row (polled every 0.1 s).
+- **redeploy → first new row**: while that job runs, ``REDEPLOYS`` times a changed SQL (the total
+  plus ``k × 1,000,000``, so the sink tells the new definition's rows apart) is deployed with
+  ``streamling bundle deploy``; seconds from the CLI returning (and from its start) until Postgres
+  shows a row of the new definition. The running driver swaps it in (same process, no JVM
+  restart: checked, and recorded as ``same_driver``).
 - **driver kill → new row**: the running attempt's process group (the driver and its JVM) is
   SIGKILLed; seconds until a row with an id above everything written before the kill appears,
   i.e. the runner noticed, waited its back-off, started a new attempt, and that attempt resumed
@@ -74,6 +79,12 @@ PARTITIONS = 2
 DEFAULT_RUNS = 2
 #: streaming time between the first row and the kill, so that a few epochs are committed.
 KILL_AFTER_SECS = 6.0
+#: changed-SQL redeploys measured per continuous run (each one swapped in by the same warm driver)
+REDEPLOYS = 3
+#: streaming time between two redeploys: a few epochs of each definition
+REDEPLOY_GAP_SECS = 3.0
+#: the k-th redeployed definition adds k × this to ``total``: its rows are the ones at or above it
+MARK = 1_000_000
 WAIT_SECS = 300.0
 POLL_SECS = 0.1
 HANDWRITTEN_MARK = "BUNDLE_JOBS_RESULT "
@@ -172,6 +183,16 @@ class Table:
             return None
         return None if row is None or row[0] is None else int(row[0])
 
+    def max_total(self) -> float | None:
+        """The largest ``total`` so far: the k-th redeployed definition's rows are ≥ k × ``MARK``."""
+        try:
+            with self._cursor() as cur:
+                cur.execute(f"SELECT max(total) FROM {self.qualified}")
+                row = cur.fetchone()
+        except Exception:  # noqa: BLE001 - the table does not exist yet
+            return None
+        return None if row is None or row[0] is None else float(row[0])
+
     def check_and_drop(self) -> dict[str, int]:
         """Rows, smallest and largest id, and how many ids of 0..max are missing; then drop it."""
         out = {"table_rows": 0, "min_id": -1, "max_id": -1, "missing_ids": 0}
@@ -218,9 +239,10 @@ class Bundle:
         self.app = f"bench_{self.job}_{uuid.uuid4().hex[:8]}"
         (self.dir / "notebooks").mkdir(parents=True)
         bound = f"rows_per_second: {RATE}" if continuous else f"rows: {rows}"
-        (self.dir / "notebooks" / f"{self.job}.py").write_text(NOTEBOOK.format(
-            app=self.app, bound=bound, rows_per_batch=min(ROWS_PER_BATCH, rows), partitions=PARTITIONS,
-            sql=PROJECTION, schema=SCHEMA, table=table))
+        self._notebook = functools.partial(NOTEBOOK.format, app=self.app, bound=bound,
+                                           rows_per_batch=min(ROWS_PER_BATCH, rows), partitions=PARTITIONS,
+                                           schema=SCHEMA, table=table)
+        self.write_notebook(PROJECTION)
         job: dict[str, Any] = {"tasks": [{"task_key": "main",
                                           "notebook_task": {"notebook_path": f"./notebooks/{self.job}.py"},
                                           "min_retry_interval_millis": 1000}]}
@@ -235,6 +257,10 @@ class Bundle:
         # The user's environment (Postgres exports, STREAMLING_CACHE_DIR); no stray bundle variables.
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith("BUNDLE_VAR_") and k != "STREAMLING_BUNDLE_ROOT"}
+
+    def write_notebook(self, sql: str) -> None:
+        """The notebook with ``sql`` as its transform (the next ``deploy`` ships it)."""
+        (self.dir / "notebooks" / f"{self.job}.py").write_text(self._notebook(sql=sql))
 
     def cli(self, *args: str, timeout: float = WAIT_SECS) -> subprocess.CompletedProcess[str]:
         exe = VENV_BIN / "streamling"
@@ -300,8 +326,52 @@ def checkpoint_times(checkpoint: Path | None) -> dict[str, Any]:
 # --- one run of each measurement ------------------------------------------------------------------
 
 
-def continuous_run(master: str, conninfo: str, cluster_ui: str | None) -> dict[str, Any]:
-    """deploy → first row; SIGKILL the driver → first row of the new attempt; destroy; check the ids."""
+def _reached(table: Table, mark: int) -> bool:
+    return (table.max_total() or 0) >= mark
+
+
+def redeploys(bundle: Bundle, table: Table) -> list[dict[str, Any]]:
+    """``REDEPLOYS`` changed SQLs, each deployed while the job runs: deploy → first row of the new definition."""
+    out: list[dict[str, Any]] = []
+    [driver] = [a for a in bundle.attempts() if a["state"] == "running"]
+    for k in range(1, REDEPLOYS + 1):
+        time.sleep(REDEPLOY_GAP_SECS)
+        bundle.write_notebook(PROJECTION.replace("AS total", f"+ {k * MARK} AS total"))
+        t0 = time.time()
+        bundle.must("deploy")
+        returned = time.time()
+        _poll(functools.partial(_reached, table, k * MARK), WAIT_SECS, f"row of redeployed definition {k}")
+        first = time.time()
+        running = [a for a in bundle.attempts() if a["state"] == "running"]
+        out.append({"cli_s": returned - t0, "first_new_row_s": first - returned, "from_deploy_start_s": first - t0,
+                    "same_driver": [a["pid"] for a in running] == [driver["pid"]],
+                    "load": load_avg()[0]})
+        log(f"    redeploy {k}: deploy CLI {returned - t0:.1f}s, then first new row after {first - returned:.1f}s"
+            f"{'' if out[-1]['same_driver'] else ' (the driver was restarted)'}")
+    return out
+
+
+def kill_and_recover(bundle: Bundle, table: Table) -> dict[str, Any]:
+    """SIGKILL the running driver's process group; seconds until a row above everything written before."""
+    out: dict[str, Any] = {}
+    time.sleep(KILL_AFTER_SECS)
+    [running] = [a for a in bundle.attempts() if a["state"] == "running"]
+    killed = time.time()
+    os.killpg(int(running["pid"]), signal.SIGKILL)
+    time.sleep(0.5)  # a commit the dead driver had already sent is visible by now
+    before = table.max_id() or 0
+    out["max_id_at_kill"] = before
+    _poll(lambda: (table.max_id() or 0) > before, WAIT_SECS, "new row after the driver kill")
+    out["recovery_s"] = time.time() - killed
+    new = [a for a in bundle.attempts() if a["state"] == "running" and a["pid"] != running["pid"]]
+    if new:
+        out["restart_launched_s"] = float(new[-1]["started_at"]) - killed
+    return out
+
+
+def continuous_run(master: str, conninfo: str, cluster_ui: str | None, kill: bool = True) -> dict[str, Any]:
+    """deploy → first row; redeploys → first new rows; SIGKILL the driver → first row of the new
+    attempt (unless ``kill`` is False); destroy; check the ids."""
     table = Table(conninfo, f"bj_{uuid.uuid4().hex[:10]}")
     out: dict[str, Any] = {"cluster": _cluster_busy(cluster_ui)} if cluster_ui else {}
     with tempfile.TemporaryDirectory(prefix="streamling-bench-bundle-") as tmp:
@@ -316,21 +386,11 @@ def continuous_run(master: str, conninfo: str, cluster_ui: str | None) -> dict[s
             [attempt] = [a for a in bundle.attempts() if a["state"] == "running"]
             out["driver_launched_s"] = float(attempt["started_at"]) - t0
             out["driver_to_first_row_s"] = first_row - float(attempt["started_at"])
-
-            time.sleep(KILL_AFTER_SECS)
-            [running] = [a for a in bundle.attempts() if a["state"] == "running"]
-            killed = time.time()
-            os.killpg(int(running["pid"]), signal.SIGKILL)
-            time.sleep(0.5)  # a commit the dead driver had already sent is visible by now
-            before = table.max_id() or 0
-            out["max_id_at_kill"] = before
-            _poll(lambda: (table.max_id() or 0) > before, WAIT_SECS, "new row after the driver kill")
-            out["recovery_s"] = time.time() - killed
-            new = [a for a in bundle.attempts() if a["state"] == "running" and a["pid"] != running["pid"]]
-            if new:
-                out["restart_launched_s"] = float(new[-1]["started_at"]) - killed
+            out["redeploys"] = redeploys(bundle, table)
+            if kill:
+                out.update(kill_and_recover(bundle, table))
             out["attempt_states"] = [a["state"] for a in bundle.attempts()]
-            time.sleep(2.0)  # a few epochs of the new attempt before the stop
+            time.sleep(2.0)  # a few epochs of the running attempt before the stop
         finally:
             out["destroy_s"] = bundle.destroy()
             out.update(table.check_and_drop())
@@ -462,7 +522,7 @@ def run(opts: Options) -> ScenarioResult:
     runs = runs_wanted(opts)
     params: dict[str, Any] = {"rows": rows, "rows_per_batch": min(ROWS_PER_BATCH, rows), "partitions": PARTITIONS,
                               "rate": RATE, "sql": PROJECTION, "runs_wanted": runs,
-                              "kill_after_first_row_s": KILL_AFTER_SECS}
+                              "kill_after_first_row_s": KILL_AFTER_SECS, "redeploys_per_run": REDEPLOYS}
     reason = ensure_postgres()
     if reason:
         return ScenarioResult(NAME, params, {}, skipped=reason)
@@ -497,6 +557,21 @@ def run(opts: Options) -> ScenarioResult:
     return summarize(params, sides, notes)
 
 
+def redeploy_figures(side: Side) -> dict[str, tuple[float, str]]:
+    """Median and spread of every redeploy of every continuous run of ``side``."""
+    swaps = [r for run in side.runs for r in run.get("redeploys", [])]
+    if not swaps:
+        return {}
+    waits = [r["first_new_row_s"] for r in swaps]
+    return {"redeploy: deploy returned → first new row": (statistics.median(waits), "s"),
+            "  fastest": (min(waits), "s"), "  slowest": (max(waits), "s"),
+            "  redeploys measured": (float(len(swaps)), "count"),
+            "  of which swapped in the same driver": (float(sum(bool(r["same_driver"]) for r in swaps)), "count"),
+            "redeploy: deploy CLI": (statistics.median(r["cli_s"] for r in swaps), "s"),
+            "redeploy: deploy started → first new row": (statistics.median(r["from_deploy_start_s"] for r in swaps),
+                                                          "s")}
+
+
 def summarize(params: dict[str, Any], sides: dict[str, Side], notes: list[str]) -> ScenarioResult:
     result = ScenarioResult(NAME, params, sides, notes=notes)
     for name in ("local", "cluster"):
@@ -523,6 +598,7 @@ def summarize(params: dict[str, Any], sides: dict[str, Side], notes: list[str]) 
             "hand-written: launch → first commit": (hw.median("first_commit_s"), "s"),
         }
         result.figures.update({f"{name}: {k}": v for k, v in figures.items()})
+        result.figures.update({f"{name}: {k}": v for k, v in redeploy_figures(cont).items()})
         result.ratios[f"{name} epochs rows/s"] = paired_ratio(job, hw, "rows_per_s")
         result.ratios[f"{name} rows/s after 1st epoch"] = paired_ratio(job, hw, "steady_rows_per_s")
         result.ratios[f"{name} job wall"] = paired_ratio(job, hw, "job_s", higher_is_better=False)

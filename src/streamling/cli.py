@@ -16,15 +16,18 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from streamling import __version__
 from streamling.config import Settings, load_settings
 from streamling.errors import StreamlingError, ValidationError
 from streamling.runtime import events as ev
 from streamling.telemetry.stats import RunStats
+
+if TYPE_CHECKING:
+    from streamling.runtime.pipeline import PipelineRun
 
 log = logging.getLogger("streamling")
 #: a stop request interrupted an epoch (sink retries, or the shutdown budget ran out): not committed
@@ -190,7 +193,18 @@ def _write_stats_periodically(stats: RunStats, path: Path, ended: threading.Even
     threading.Thread(target=loop, name="streamling-run-figures", daemon=True).start()
 
 
-def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None) -> int:
+class Successor(Protocol):
+    """Where a warm driver gets the definition that replaces the pipeline it runs (a bundle redeploy)."""
+
+    def watch(self, pipeline: PipelineRun) -> None:
+        """``pipeline`` runs now; once a checked successor is ready, ask it to stop (``request_stop``)."""
+
+    def take(self) -> tuple[Any, Settings, float | None] | None:
+        """The checked successor (spec, settings, ``stop_after_secs``) the last run stopped for, once."""
+
+
+def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None,
+            successor: Successor | None = None) -> int:
     """Run a pipeline to its end in this process, as the CLI and the bundle's job driver do.
 
     SIGTERM/SIGINT (and ``stop_after_secs``) finish the current epoch, then return 0: a stop
@@ -198,7 +212,54 @@ def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None)
     A stop that cannot wait for the epoch — a sink retrying an outage, or an epoch still running
     when ``shutdown_budget_secs`` runs out — returns (or hard-exits with) ``STOPPED_EXIT_CODE``: the
     epoch was not committed and is replayed on the next start.
+
+    ``successor``: a run it stops is followed by the definition it hands over, in this process and
+    SparkSession (no JVM restart), on the same checkpoint — unless a signal asked the process to end.
     """
+    ended = threading.Event()
+    current: list[Any] = []  # the pipeline running now
+    stopping: list[str] = []  # why the process was asked to end (a signal)
+    budget = float(settings.shutdown_budget_secs)
+
+    def hard_exit_after_budget(reason: str) -> None:
+        if ended.wait(budget):
+            return
+        log.error("stop requested (%s) but the pipeline did not end within shutdown_budget_secs=%g: exiting with "
+                  "code %d; the epoch in flight was not committed and is replayed on the next start",
+                  reason, budget, STOPPED_EXIT_CODE)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(STOPPED_EXIT_CODE)  # the JVM exits with its parent; nothing else is safe to wait for
+
+    def stop(reason: str) -> None:
+        if not stopping:
+            stopping.append(reason)
+            threading.Thread(target=hard_exit_after_budget, args=(reason,), name="streamling-shutdown-budget",
+                             daemon=True).start()
+        if current:
+            current[0].request_stop(reason)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("received %s: finishing the current epoch, then exiting (a sink that is retrying gives up at once; "
+                 "at most shutdown_budget_secs=%g)", signal.Signals(signum).name, budget)
+        stop(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        while True:
+            code = _execute_one(spec, settings, stop_after_secs, successor, current, stopping, stop)
+            handover = successor.take() if successor is not None and not stopping else None
+            if handover is None:
+                return code
+            spec, settings, stop_after_secs = handover
+    finally:
+        ended.set()
+
+
+def _execute_one(spec: Any, settings: Settings, stop_after_secs: float | None, successor: Successor | None,
+                 current: list[Any], stopping: list[str], stop: Callable[[str], None]) -> int:
+    """One definition's run in ``execute``; ``current`` holds its pipeline while it runs."""
     from streamling.runtime.pipeline import PipelineRun
     from streamling.runtime.planner import build_plan
     from streamling.runtime.retry import STOPPED
@@ -215,35 +276,10 @@ def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None)
     progress = _Progress(tty=sys.stderr.isatty(), stats=telemetry.stats)
     bus.subscribe(progress)
     pipeline = PipelineRun(spec, settings, spark, bus, plan=plan)
-
-    budget = float(settings.shutdown_budget_secs)
+    current[:] = [pipeline]
+    if stopping:  # a signal arrived between two definitions: this one stops after its first epoch
+        pipeline.request_stop(stopping[0])
     ended = threading.Event()
-    watchdog: list[threading.Thread] = []
-
-    def hard_exit_after_budget(reason: str) -> None:
-        if ended.wait(budget):
-            return
-        log.error("stop requested (%s) but the pipeline did not end within shutdown_budget_secs=%g: exiting with "
-                  "code %d; the epoch in flight was not committed and is replayed on the next start",
-                  reason, budget, STOPPED_EXIT_CODE)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(STOPPED_EXIT_CODE)  # the JVM exits with its parent; nothing else is safe to wait for
-
-    def stop(reason: str) -> None:
-        pipeline.request_stop(reason)
-        if not watchdog:
-            watchdog.append(threading.Thread(target=hard_exit_after_budget, args=(reason,),
-                                             name="streamling-shutdown-budget", daemon=True))
-            watchdog[0].start()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("received %s: finishing the current epoch, then exiting (a sink that is retrying gives up at once; "
-                 "at most shutdown_budget_secs=%g)", signal.Signals(signum).name, budget)
-        stop(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     stats_file = os.environ.get(STATS_FILE_ENV)
     if stats_file:  # a bundle job's driver: its run view reads these figures
         _write_stats_periodically(telemetry.stats, Path(stats_file), ended)
@@ -253,13 +289,14 @@ def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None)
         timer.daemon = True
         timer.start()
     try:
-        pipeline.run()
+        pipeline.run(started=successor.watch if successor is not None else None)
     except StreamlingError as exc:
         if exc.code != STOPPED:
             raise
         log.error("%s (exit code %d)", exc.headline(), STOPPED_EXIT_CODE)
         return STOPPED_EXIT_CODE
     finally:
+        current.clear()
         ended.set()
         if timer is not None:
             timer.cancel()

@@ -334,14 +334,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.output == "json":
         _out(json.dumps(rows, indent=2, default=str))
         return 0
-    _out(f"{'RUN':>5}  {'JOB':<24} {'STATE':<10} {'TRIGGER':<10} {'ATTEMPTS':>8}  {'ROWS':>10}  {'EPOCHS':>6}  "
-         f"{'STARTED':<19}  MESSAGE")
+    # DEPLOYMENT: what the run runs now (a hot redeploy moves it without a new attempt).
+    _out(f"{'RUN':>5}  {'JOB':<24} {'STATE':<10} {'TRIGGER':<10} {'DEPLOYMENT':>10} {'ATTEMPTS':>8}  {'ROWS':>10}  "
+         f"{'EPOCHS':>6}  {'STARTED':<19}  MESSAGE")
     for row in rows:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["started_at"])) if row["started_at"] else "-"
         figures = _latest_figures(row["attempts"])
         rows_out = f"{figures['rows_to_sinks']:,}" if figures else "-"
         epochs = str(figures["checkpoint"]["epochs_succeeded"]) if figures else "-"
-        _out(f"{row['run_id']:>5}  {row['job']:<24} {row['state']:<10} {row['trigger']:<10} "
+        _out(f"{row['run_id']:>5}  {row['job']:<24} {row['state']:<10} {row['trigger']:<10} {row['deployment']:>10} "
              f"{len(row['attempts']):>8}  {rows_out:>10}  {epochs:>6}  {started:<19}  {row['message'] or ''}")
     return 0
 

@@ -4,7 +4,9 @@ A notebook task compiles its deployed notebook snapshot with the run's parameter
 pipeline on the target's Spark master (client mode: this process is the Spark driver, the
 executors run on the cluster). SIGTERM finishes the current epoch and exits 0, so the runner can
 stop a run or move it to a new deployment without leaving an epoch half-written; a killed
-driver resumes from its checkpoint on the next attempt.
+driver resumes from its checkpoint on the next attempt. A notebook task's driver stays warm
+across redeploys: asked by the runner (``Redeploys``), it swaps the new deployment's pipeline in
+after the epoch in flight, in the same SparkSession and on the same checkpoint.
 
 The exit code is also written to ``<log>.exit``: a runner that restarted meanwhile reads it
 there, since it cannot ``wait()`` on a process it did not start.
@@ -17,30 +19,35 @@ import json
 import logging
 import os
 import sys
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from streamling.errors import StreamlingError
+from streamling.bundle import handover
+from streamling.errors import StreamlingError, ValidationError
+
+if TYPE_CHECKING:
+    from streamling.config import Settings
 
 log = logging.getLogger("streamling.bundle.driver")
 
 
-def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict[str, str]) -> int:
+def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict[str, str],
+             log_path: Path | None = None) -> int:
     from streamling.bundle.deploy import task_parameters
     from streamling.bundle.workspace import Workspace
 
     ws = Workspace(str(root))
-    deployment = ws.deployment(version)
-    if deployment is None:
-        raise StreamlingError(f"deployment {version} does not exist under {root}", code="bundle_deployment_missing",
-                              hint="deploy again with `streamling bundle deploy`")
+    deployment = _deployment(ws, root, version)
     job = deployment["jobs"][job_key]
     task = next(t for t in job["tasks"] if t["task_key"] == task_key)
     values = task_parameters(job, task, params)
     os.environ["STREAMLING_JOB_PARAMETERS"] = json.dumps(values)
     files = Path(deployment["file_path"])
     if task["kind"] == "notebook":
-        return _notebook_task(ws, deployment, task, values, files)
+        return _notebook_task(ws, version, job_key, task_key, params, log_path)
     # A plain CLI task gets the target's settings as STREAMLING__ variables (the same layer users
     # have), with checkpoints under the target root rather than next to wherever it runs.
     from streamling.config import env_variables
@@ -56,29 +63,183 @@ def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict
     return main(list(task["parameters"]))
 
 
-def _notebook_task(ws: Any, deployment: dict[str, Any], task: dict[str, Any], values: dict[str, str],
-                   files: Path) -> int:
+def _deployment(ws: Any, root: Path, version: int) -> dict[str, Any]:
+    deployment = ws.deployment(version)
+    if deployment is None:
+        raise StreamlingError(f"deployment {version} does not exist under {root}", code="bundle_deployment_missing",
+                              hint="deploy again with `streamling bundle deploy`")
+    return dict(deployment)
+
+
+@dataclass
+class _Definition:
+    """One deployment's version of a notebook task, compiled and ready to run."""
+
+    version: int
+    spec: Any
+    settings: Settings
+    seconds: float | None
+    cwd: Path
+    values: dict[str, str]
+    notebook: str
+
+
+def _definition(ws: Any, version: int, job_key: str, task_key: str, params: dict[str, str]) -> _Definition:
     from streamling.bundle.compile import compile_notebook
-    from streamling.cli import execute
+    from streamling.bundle.deploy import task_parameters
     from streamling.config import deep_merge, load_settings
     from streamling.spec import parse_pipeline
 
-    snapshot = ws.deployment_dir(int(deployment["version"])) / task["notebook_snapshot"]
+    deployment = _deployment(ws, ws.root, version)
+    job = deployment["jobs"].get(job_key)
+    task = next((t for t in job["tasks"] if t["task_key"] == task_key), None) if job else None
+    if task is None or task["kind"] != "notebook":
+        raise StreamlingError(f"deployment {version} has no notebook task '{task_key}' in job '{job_key}'",
+                              code="bundle_task_missing", hint="deploy the job with this task again")
+    values = task_parameters(job, task, params)
+    snapshot = ws.deployment_dir(version) / task["notebook_snapshot"]
     compiled = compile_notebook(snapshot, values)
     # Relative paths in the notebook resolve in its folder of the synced files, as on Databricks.
-    cwd = files / Path(task["notebook_path"]).parent
+    cwd = Path(deployment["file_path"]) / Path(task["notebook_path"]).parent
     cwd.mkdir(parents=True, exist_ok=True)
-    os.chdir(cwd)
     overrides = deep_merge(deployment.get("config") or {}, {
         "application_id": task["application_id"], "state_dir": deployment["state_dir"]})
     if compiled.run.get("rows"):
         overrides["num_records_before_stop"] = int(compiled.run["rows"])
     settings = load_settings(compiled.config_name, cwd=cwd, overrides=overrides)
-    spec = parse_pipeline(compiled.to_yaml(), source=f"{task['notebook_path']} (deployment {deployment['version']})")
-    log.info("job task '%s': notebook %s, deployment %s, parameters %s, master %s", task["task_key"],
-             task["notebook_path"], deployment["version"], json.dumps(values), settings.spark.master)
+    spec = parse_pipeline(compiled.to_yaml(), source=f"{task['notebook_path']} (deployment {version})")
     seconds = compiled.run.get("seconds")
-    return execute(spec, settings, stop_after_secs=float(seconds) if seconds else None)
+    return _Definition(version, spec, settings, float(seconds) if seconds else None, cwd, values,
+                       str(task["notebook_path"]))
+
+
+def _notebook_task(ws: Any, version: int, job_key: str, task_key: str, params: dict[str, str],
+                   log_path: Path | None) -> int:
+    from streamling.cli import execute
+
+    first = _definition(ws, version, job_key, task_key, params)
+    os.chdir(first.cwd)
+    log.info("job task '%s': notebook %s, deployment %s, parameters %s, master %s", task_key, first.notebook,
+             version, json.dumps(first.values), first.settings.spark.master)
+    redeploys = Redeploys(ws, job_key, task_key, params, first, log_path) if log_path is not None else None
+    return execute(first.spec, first.settings, stop_after_secs=first.seconds, successor=redeploys)
+
+
+class Redeploys:
+    """Swaps a newer deployment of this task into the warm driver when the runner asks (hot redeploy).
+
+    The new definition is compiled, checked against what the JVM was started with and analysed in
+    this driver's SparkSession while the old one keeps running; only then does the old one stop
+    after its epoch in flight, and ``execute`` starts the new one on the same checkpoint. A broken
+    new definition leaves the old one running, and says why in this log and in the answer the
+    runner records (see ``streamling.bundle.handover``).
+    """
+
+    POLL_SECS = 0.2
+
+    def __init__(self, ws: Any, job_key: str, task_key: str, params: dict[str, str], first: _Definition,
+                 log_path: Path) -> None:
+        self.ws, self.job_key, self.task_key, self.params = ws, job_key, task_key, params
+        self.request_path = handover.request_file(log_path)
+        self.status_path = handover.status_file(log_path)
+        self.running = first
+        self.jvm_settings = first.settings  # the SparkSession was (or will be) built with these
+        self._lock = threading.Lock()
+        self._pipeline: Any = None
+        self._next: _Definition | None = None
+        self._answered = first.version  # the newest deployment asked for and answered
+        self._swapped = False
+        self._report(handover.RUNNING, None)  # tells the runner this driver can swap
+        threading.Thread(target=self._loop, name="streamling-redeploys", daemon=True).start()
+
+    # --- called by ``execute`` ----------------------------------------------------------------------
+
+    def watch(self, pipeline: Any) -> None:
+        with self._lock:
+            self._pipeline = pipeline
+        if self._swapped:
+            log.info("job task '%s': deployment %d runs in this driver (no JVM restart)", self.task_key,
+                     self.running.version)
+            self._report(handover.RUNNING, self.running.version)
+
+    def take(self) -> tuple[Any, Settings, float | None] | None:
+        with self._lock:
+            nxt, self._next, self._pipeline = self._next, None, None
+        if nxt is None:
+            return None
+        self.running, self._swapped = nxt, True
+        os.environ["STREAMLING_JOB_PARAMETERS"] = json.dumps(nxt.values)
+        os.chdir(nxt.cwd)
+        log.info("job task '%s': starting deployment %d (notebook %s, parameters %s) on the same checkpoint",
+                 self.task_key, nxt.version, nxt.notebook, json.dumps(nxt.values))
+        return nxt.spec, nxt.settings, nxt.seconds
+
+    # --- the watcher ----------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(self.POLL_SECS)
+            try:
+                self._poll()
+            except Exception:  # noqa: BLE001 - the watcher must outlive one bad look
+                log.exception("checking for a redeploy request failed")
+
+    def _poll(self) -> None:
+        request = handover.read(self.request_path)
+        version = int(request["deployment"]) if request and request.get("deployment") is not None else None
+        if version is None or version <= self._answered:
+            return
+        with self._lock:
+            pipeline = self._pipeline
+            if pipeline is None or self._next is not None:
+                return  # not running yet, or a swap is under way: the request waits
+        self._answered = version
+        self._check(version, pipeline)
+
+    def _check(self, version: int, pipeline: Any) -> None:
+        from streamling.runtime.planner import analyze, build_plan
+
+        old = self.running.version
+        log.info("job task '%s': deployment %d changes this task; checking it in this driver's Spark session while "
+                 "deployment %d keeps running", self.task_key, version, old)
+        try:
+            nxt = _definition(self.ws, version, self.job_key, self.task_key, self.params)
+            reasons = handover.restart_reasons(self.jvm_settings, nxt.settings)
+            if reasons:
+                why = "; ".join(reasons)
+                log.info("job task '%s': deployment %d needs a new driver JVM (%s); the runner restarts this task "
+                         "after its current epoch", self.task_key, version, why)
+                self._report(handover.NEEDS_RESTART, version, why)
+                return
+            analyze(build_plan(nxt.spec, nxt.settings, dry_run=True), pipeline.spark)
+        except StreamlingError as exc:
+            message = _one_line(exc)
+            log.error("deployment %d was not swapped in, deployment %d keeps running: %s", version, old,
+                      exc.describe())
+            self._report(handover.FAILED, version, message)
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug in checking must not stop the running pipeline
+            log.exception("checking deployment %d failed; deployment %d keeps running", version, old)
+            self._report(handover.FAILED, version, f"internal error: {type(exc).__name__}: {exc}")
+            return
+        with self._lock:
+            if self._pipeline is not pipeline:
+                return  # the run ended by itself meanwhile; the runner sees the driver exit
+            self._next = nxt
+        log.info("job task '%s': deployment %d checked; stopping deployment %d after its epoch in flight",
+                 self.task_key, version, old)
+        pipeline.request_stop(f"deployment {version} takes over")
+
+    def _report(self, state: str, request: int | None, message: str | None = None) -> None:
+        handover.write(self.status_path, {"running": self.running.version, "request": request, "state": state,
+                                          "message": message, "at": time.time()})
+
+
+def _one_line(exc: StreamlingError) -> str:
+    """The error as the run record shows it: each problem of a validation error, on one line."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(p.headline() for p in exc.problems)
+    return exc.headline()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(os.environ.get("STREAMLING__LOG_FORMAT", "text"), debug=False)
     code = 2
     try:
-        code = run_task(Path(args.root), args.deployment, args.job, args.task, json.loads(args.params))
+        log_path = Path(args.exit_file.removesuffix(".exit")) if args.exit_file else None
+        code = run_task(Path(args.root), args.deployment, args.job, args.task, json.loads(args.params), log_path)
     except StreamlingError as exc:
         log.error("%s", exc.describe())
         code = 1 if exc.user else 2

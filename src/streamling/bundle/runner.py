@@ -5,8 +5,13 @@ retries failed attempts (``max_retries`` after ``min_retry_interval_millis``), e
 ``timeout_seconds``, fires schedules and periodic triggers, keeps one run of each unpaused
 continuous job alive (restarting it from its checkpoint with a growing back-off after failures),
 holds ``max_concurrent_runs`` (further runs wait their turn), sends notifications, and moves
-running jobs onto a new deployment: a task whose definition changed is stopped after its current
-epoch (SIGTERM) and restarted on the same checkpoint; an unchanged one is left alone.
+running jobs onto a new deployment: a notebook task whose definition changed is swapped in its
+running driver (no JVM restart; see ``streamling.bundle.handover``): the driver checks the new
+definition in its warm SparkSession, stops the old one after its current epoch and starts the new
+one on the same checkpoint, or answers that the change needs a new JVM (Spark settings, plugins),
+or that the new definition is broken — then the old one keeps running and the run's message says
+why. Other tasks, and changes that need a new JVM, are stopped after their current epoch
+(SIGTERM) and restarted on the same checkpoint; an unchanged task is left alone.
 
 The CLI never touches run state: it files requests in the store and reads. The runner holds an
 OS lock on ``runner.lock`` for its whole life, so there is never a second one and a dead
@@ -30,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from streamling.bundle import handover
 from streamling.bundle.cron import QuartzSchedule
 from streamling.bundle.store import Store
 from streamling.bundle.workspace import Workspace
@@ -59,6 +65,8 @@ class Attempt:
     proc: subprocess.Popen[bytes] | None = None
     stopping: str | None = None  # cancel | redeploy | timeout | job_timeout
     term_sent: float | None = None
+    stop_note: str | None = None  # why a redeploy restarts the driver rather than swapping in it
+    swap_to: int | None = None  # the deployment its driver was asked to swap in, until it answers
 
     def exit_code(self) -> int | None:
         """The driver's exit code once it ended (None while it runs)."""
@@ -113,6 +121,7 @@ class Runner:
         now = time.time()
         self._load_deployment()
         self._handle_requests()
+        self._poll_swaps()
         self._fire_triggers(now)
         self._reap(now)
         self._advance_runs(now)
@@ -142,27 +151,82 @@ class Runner:
         if new is None:
             return
         old, self.deployment, self.version = self.deployment, new, version
+        if old is not None:
+            log.info("deployment %s is live (was %s)", version, old["version"])
+        # Attempts adopted from an earlier runner are compared too: a deploy may have happened while
+        # no runner was there to move them.
+        held = {attempt.run_id for attempt in list(self.attempts.values())
+                if attempt.deployment != version and self._move(attempt, new, version)}
         if old is None:
             return
-        log.info("deployment %s is live (was %s)", version, old["version"])
-        for attempt in list(self.attempts.values()):
-            job = new["jobs"].get(attempt.job_key)
-            if job is None:
-                self._stop_attempt(attempt, "cancel")
-                self.store.set_run(attempt.run_id,
-                                   message=f"job '{attempt.job_key}' was removed by deployment {version}")
-                continue
-            before = self._task_record(attempt.deployment, attempt.job_key, attempt.task_key)
-            after = next((t for t in job["tasks"] if t["task_key"] == attempt.task_key), None)
-            if after is None:
-                self._stop_attempt(attempt, "cancel")
-            elif before is None or before["fingerprint"] != after["fingerprint"]:
-                log.info("run %d task '%s': definition changed in deployment %s; stopping after the current "
-                         "epoch and resuming from the same checkpoint", attempt.run_id, attempt.task_key, version)
-                self._stop_attempt(attempt, "redeploy")
         for run in self.store.runs(active_only=True, limit=1000):
-            if run.job_key in new["jobs"]:
+            if run.job_key in new["jobs"] and run.id not in held:
                 self.store.set_run(run.id, deployment=version)
+
+    def _move(self, attempt: Attempt, new: dict[str, Any], version: int) -> bool:
+        """Move a running attempt onto deployment ``version``; True while its driver is asked to swap
+        (its run keeps showing the deployment the driver runs until the driver answers)."""
+        job = new["jobs"].get(attempt.job_key)
+        if job is None:
+            self._stop_attempt(attempt, "cancel")
+            self.store.set_run(attempt.run_id, message=f"job '{attempt.job_key}' was removed by deployment {version}")
+            return False
+        before = self._task_record(attempt.deployment, attempt.job_key, attempt.task_key)
+        after = next((t for t in job["tasks"] if t["task_key"] == attempt.task_key), None)
+        if after is None:
+            self._stop_attempt(attempt, "cancel")
+            return False
+        if before is not None and before["fingerprint"] == after["fingerprint"] and attempt.swap_to is None:
+            return False  # unchanged (a reverted change still supersedes a swap asked for and not answered)
+        if attempt.stopping is not None:
+            return False  # on its way out already
+        status = handover.read(handover.status_file(attempt.log_path))
+        if status is not None and status.get("request") == version:
+            attempt.swap_to = version  # answered already (to an earlier runner): _poll_swaps acts on it
+            return True
+        why_not = _why_no_swap(before, after, status)
+        if why_not:
+            log.info("run %d task '%s': definition changed in deployment %s; %s, so it stops after the current epoch "
+                     "and a new driver resumes from the same checkpoint", attempt.run_id, attempt.task_key, version,
+                     why_not)
+            self._stop_attempt(attempt, "redeploy", note=why_not)
+            return False
+        handover.write(handover.request_file(attempt.log_path), {"deployment": version, "at": time.time()})
+        attempt.swap_to = version
+        log.info("run %d task '%s': definition changed in deployment %s; its driver (pid %d) checks it and swaps it in "
+                 "after the current epoch, on the same checkpoint (no JVM restart)", attempt.run_id, attempt.task_key,
+                 version, attempt.pid)
+        return True
+
+    def _poll_swaps(self) -> None:
+        """Record what drivers answered: the deployment each runs now, a swap refused, or a new JVM needed."""
+        for attempt in list(self.attempts.values()):
+            if attempt.stopping is not None:
+                continue
+            status = handover.read(handover.status_file(attempt.log_path))
+            if status is None:
+                continue
+            running = status.get("running")
+            if isinstance(running, int) and running != attempt.deployment:
+                log.info("run %d task '%s' runs deployment %d in the same driver (pid %d, no JVM restart; was %d)",
+                         attempt.run_id, attempt.task_key, running, attempt.pid, attempt.deployment)
+                attempt.deployment = running
+                self.store.set_attempt(attempt.id, deployment=running)
+                self.store.set_run(attempt.run_id, deployment=running,
+                                   message=f"moved to deployment {running} in its running driver (no restart)")
+            if attempt.swap_to is None or status.get("request") != attempt.swap_to:
+                continue
+            version, attempt.swap_to = attempt.swap_to, None
+            if status.get("state") == handover.FAILED:
+                message = (f"deployment {version} was not applied, the run goes on with deployment "
+                           f"{attempt.deployment}: {status.get('message')}")
+                log.error("run %d task '%s': %s", attempt.run_id, attempt.task_key, message)
+                self.store.set_run(attempt.run_id, message=message[:1000])
+            elif status.get("state") == handover.NEEDS_RESTART:
+                why = f"deployment {version} needs a new driver JVM: {status.get('message')}"
+                log.info("run %d task '%s': %s; stopping it after the current epoch, a new driver resumes from the "
+                         "same checkpoint", attempt.run_id, attempt.task_key, why)
+                self._stop_attempt(attempt, "redeploy", note=why)
 
     def _deployment(self, version: int) -> dict[str, Any] | None:
         if version not in self._deployments:
@@ -281,14 +345,16 @@ class Runner:
         self.store.set_attempt(attempt_id, pid=proc.pid)
         self.store.set_task(run_id, task_key, state="running", attempts=number, started_at=time.time(),
                             retry_at=None)
+        self.store.set_run(run_id, deployment=self.version)  # the version the run now runs
         self.attempts[attempt_id] = Attempt(attempt_id, run_id, job_key, task_key, number, self.version, proc.pid,
                                             log_path, time.time(), proc)
         log.info("run %d task '%s' attempt %d started (pid %d, deployment %d)", run_id, task_key, number, proc.pid,
                  self.version)
 
-    def _stop_attempt(self, attempt: Attempt, why: str) -> None:
+    def _stop_attempt(self, attempt: Attempt, why: str, note: str | None = None) -> None:
         if attempt.stopping is None or why == "cancel":
             attempt.stopping = why
+            attempt.stop_note = note
         if attempt.term_sent is None:
             attempt.term_sent = time.time()
             # Only the driver: it finishes its epoch and stops its JVM itself. A SIGTERM to the whole
@@ -333,7 +399,8 @@ class Runner:
         run_id, key = attempt.run_id, attempt.task_key
         why = attempt.stopping
         if why == "redeploy":
-            state, message = "redeployed", f"stopped to move to deployment {self.version}"
+            state, message = "redeployed", f"stopped to move to deployment {self.version}" + (
+                f" ({attempt.stop_note})" if attempt.stop_note else "")
         elif why == "cancel":
             state, message = "cancelled", "cancelled"
         elif why in ("timeout", "job_timeout"):
@@ -346,6 +413,7 @@ class Runner:
         log.info("run %d task '%s' attempt %d %s (exit %d)", run_id, key, attempt.number, state, code)
         if state == "redeployed":
             self.store.set_task(run_id, key, state="pending", message=message)
+            self.store.set_run(run_id, message=message)  # replaces what an earlier swap attempt said
             return
         if state == "succeeded":
             self.store.set_task(run_id, key, state="succeeded", ended_at=now, message=message)
@@ -477,6 +545,17 @@ def _unpaused(section: Any) -> bool:
         return False
     status = section.get("pause_status") if isinstance(section, dict) else section
     return str(status or "UNPAUSED").upper() == "UNPAUSED"
+
+
+def _why_no_swap(before: dict[str, Any] | None, after: dict[str, Any], status: dict[str, Any] | None) -> str | None:
+    """Why a changed task cannot be swapped in its running driver, or None when it can be asked to."""
+    if before is None:
+        return "the definition it runs is no longer on record"
+    if before["kind"] != "notebook" or after["kind"] != "notebook":
+        return "only a notebook task's pipeline can be swapped in a running driver"
+    if status is None:
+        return "its driver does not take new definitions while it runs (an older streamling started it)"
+    return None
 
 
 def _signal(pid: int, sig: int) -> None:

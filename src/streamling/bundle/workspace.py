@@ -9,7 +9,8 @@
   files/                                   the bundle's files as of the live version (workspace.file_path)
   state/                                   checkpoints and local state (state_dir of every task)
   runs.db                                  runs, attempts, requests, notifications
-  logs/run-<id>/<task>-<attempt>.log       driver logs
+  logs/run-<id>/<task>-<attempt>.log       driver logs (+ .exit, .stats.json, and .swap / .deployment:
+                                           the hot-redeploy handshake, see streamling.bundle.handover)
   runner.lock / runner.pid / runner.log    the job runner of this root
 ```
 """

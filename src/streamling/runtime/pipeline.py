@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from streamling.config import Settings
@@ -227,9 +228,13 @@ class PipelineRun:
         if self.stop_requested is not None:
             clear_stop()  # this run is over: sinks used outside a run retry normally again
 
-    def run(self) -> None:
+    def run(self, started: Callable[[PipelineRun], None] | None = None) -> None:
+        """Start, wait for the end, stop. ``started`` is called once every flow's query runs (a warm
+        driver then watches for a successor that would replace this run)."""
         self.start()
         try:
+            if started is not None:
+                started(self)
             self.wait()
         finally:
             self.stop("finished")

@@ -1,9 +1,11 @@
 """A notebook deployed as a continuous streaming job, on real Spark and a real Postgres.
 
 One job lives through what production does to it: it starts at deploy, a no-op redeploy leaves it
-alone, a changed SQL transform moves it to the new definition after its current epoch on the same
-checkpoint, its driver is SIGKILLed and the runner restarts it, and a changed source is refused.
-The table must hold every generated id exactly once: nothing lost, nothing skipped.
+alone, a changed SQL transform is swapped in by the running driver (same process, no JVM restart)
+after its current epoch on the same checkpoint, a SQL that does not analyse leaves the running
+version going with the error in the run's record, a Spark conf change relaunches the driver, its
+driver is SIGKILLed and the runner restarts it, and a changed source is refused. The table must
+hold every generated id exactly once: nothing lost, nothing skipped.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobs import attempts, bundle, wait_for
+from jobs import attempts, bundle, runs, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.postgres]
 
@@ -91,7 +93,7 @@ def _complete(rows: list[tuple[int, str]]) -> bool:
     return bool(rows) and [i for i, _ in rows] == list(range(rows[-1][0] + 1))
 
 
-def test_continuous_notebook_job_redeploys_survives_a_killed_driver_and_refuses_a_changed_source(
+def test_continuous_notebook_job_swaps_in_its_driver_relaunches_for_spark_conf_and_refuses_a_changed_source(
         project: tuple[Path, dict[str, str]], pg: Any, unique_name: str) -> None:
     root, env = project
     started = time.monotonic()
@@ -108,19 +110,53 @@ def test_continuous_notebook_job_redeploys_survives_a_killed_driver_and_refuses_
     assert again.returncode == 0 and "up to date" in again.stdout, again.stdout + again.stderr
     assert [a["pid"] for a in attempts(root, env)] == [attempt["pid"]]
 
-    # A changed SQL transform: the run moves to the new definition on the same checkpoint.
+    # A changed SQL transform: the running driver swaps it in on the same checkpoint (same process).
     notebook = root / "notebooks" / "stream.py"
     notebook.write_text(NOTEBOOK.format(rate=200, version="v2", table=unique_name))
     changed = bundle(root, env, "deploy")
     assert changed.returncode == 0, changed.stderr
     assert "~ stream (changed: main; run 1 moves to it after its current epoch)" in changed.stdout
     wait_for(lambda: any(v == "v2" for _, v in _ids(pg, unique_name)), 180, "rows of the new definition")
+    [run] = wait_for(lambda: [r for r in runs(root, env) if r["deployment"] == 2], 60, "the run on deployment 2")
+    [swapped] = run["attempts"]
+    assert (swapped["state"], swapped["pid"], swapped["deployment"]) == ("running", attempt["pid"], 2)
+    assert run["message"] == "moved to deployment 2 in its running driver (no restart)"
+    rows = _ids(pg, unique_name)
+    assert _complete(rows), "ids missing across the swap"
+    first_v2 = min(i for i, v in rows if v == "v2")
+    assert first_v2 > 0 and all(v == "v1" for i, v in rows if i < first_v2), "the new definition started over"
+
+    # A SQL that parses but does not analyse: deploy accepts it, the driver refuses it, v2 goes on.
+    notebook.write_text(NOTEBOOK.format(rate=200, version="v3", table=unique_name).replace(
+        "'v3' AS version", "no_such_column AS version"))
+    broken = bundle(root, env, "deploy")
+    assert broken.returncode == 0, broken.stderr
+    [run] = wait_for(lambda: [r for r in runs(root, env) if "deployment 3 was not applied" in (r["message"] or "")],
+                     120, "the refused deployment in the run's record")
+    assert run["message"].startswith("deployment 3 was not applied, the run goes on with deployment 2: sql transform "
+                                     "'tagged': "), run["message"]
+    assert "no_such_column" in run["message"]
+    assert [(a["state"], a["pid"], a["deployment"]) for a in run["attempts"]] == [("running", attempt["pid"], 2)]
+    assert run["deployment"] == 2
+    after = _ids(pg, unique_name)[-1][0]
+    wait_for(lambda: _ids(pg, unique_name)[-1][0] > after + 200, 120, "rows of deployment 2 after the refusal")
+    assert {v for _, v in _ids(pg, unique_name)} == {"v1", "v2"}
+
+    # A Spark conf change needs a new JVM: the driver says so, and the runner relaunches it.
+    notebook.write_text(NOTEBOOK.format(rate=200, version="v4", table=unique_name))
+    config = (root / "bundle.yml").read_text()
+    (root / "bundle.yml").write_text(config.replace(
+        'spark: {master: "local[2]"}', 'spark: {master: "local[2]", conf: {spark.streamling.check: "on"}}'))
+    relaunch = bundle(root, env, "deploy")
+    assert relaunch.returncode == 0, relaunch.stderr
+    wait_for(lambda: any(v == "v4" for _, v in _ids(pg, unique_name)), 180, "rows after the relaunch")
     moved = attempts(root, env)
     assert [a["state"] for a in moved] == ["redeployed", "running"]
+    assert moved[0]["reason"] == ("stopped to move to deployment 4 (deployment 4 needs a new driver JVM: spark.conf "
+                                  "changed (spark.streamling.check))")
+    assert moved[1]["pid"] != attempt["pid"] and moved[1]["deployment"] == 4
     rows = _ids(pg, unique_name)
-    assert _complete(rows), "ids missing across the redeploy"
-    first_v2 = min(i for i, v in rows if v == "v2")
-    assert all(v == "v1" for i, v in rows if i < first_v2)
+    assert _complete(rows), "ids missing across the relaunch"
 
     # SIGKILL the driver: the runner restarts it from its checkpoint without anyone acting.
     before = rows[-1][0]
@@ -138,8 +174,8 @@ def test_continuous_notebook_job_redeploys_survives_a_killed_driver_and_refuses_
     assert refused.returncode == 1
     assert refused.stderr.splitlines()[0] == (
         "Error: job 'stream' task 'main': source 'orders' was reconfigured (rows_per_second: 200 → 300) since "
-        "deployment 2; the checkpoint of application_id 'redeploy_check' records the old sources' offsets, so the "
+        "deployment 4; the checkpoint of application_id 'redeploy_check' records the old sources' offsets, so the "
         "new definition cannot resume from it — deploy it under a new application_id (in the notebook: %config "
         "StreamlingMagics.application_id = 'redeploy_check_v2'); it then reads its sources from their starting "
         "offsets")
-    assert json.loads(bundle(root, env, "summary", "-o", "json").stdout)["deployment"]["version"] == 2
+    assert json.loads(bundle(root, env, "summary", "-o", "json").stdout)["deployment"]["version"] == 4
