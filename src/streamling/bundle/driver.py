@@ -116,9 +116,14 @@ def _definition(ws: Any, version: int, job_key: str, task_key: str, params: dict
 def _notebook_task(ws: Any, version: int, job_key: str, task_key: str, params: dict[str, str],
                    log_path: Path | None) -> int:
     from streamling.cli import execute
+    from streamling.plugins.discovery import load_plugins
+    from streamling.plugins.host import check_configured_plugins
 
     first = _definition(ws, version, job_key, task_key, params)
     os.chdir(first.cwd)
+    # As the CLI does: the target's plugin.path (a change to it needs a new driver, see handover)
+    load_plugins(first.settings.plugin.path)
+    check_configured_plugins(first.settings)
     log.info("job task '%s': notebook %s, deployment %s, parameters %s, master %s", task_key, first.notebook,
              version, json.dumps(first.values), first.settings.spark.master)
     redeploys = Redeploys(ws, job_key, task_key, params, first, log_path) if log_path is not None else None
