@@ -166,6 +166,7 @@ class FlowRunner:
         self._shapes: dict[str, bool] = {}
         #: whether the epoch's input count can be read from Spark's scan metric (see ``_scanned_rows``)
         self._scan_counts = True
+        self._execution: Any = None  # the query's StreamExecution (JVM), for its epoch's plan
         self._offsets: dict[str, Any] = {}
         self.root = Path(self.settings.state_dir).resolve() / self.settings.application_id / flow.name
         self.checkpoint_dir = self.root / "checkpoint"
@@ -364,6 +365,7 @@ class FlowRunner:
         if trigger:  # none: the next epoch starts as soon as the last one ends
             writer = writer.trigger(**trigger)
         self.query = writer.start()
+        self._execution = None
         if self._adopt_topology:  # warned once; later restarts of this definition resume quietly
             self._write_meta()
             self._adopt_topology = False
@@ -539,15 +541,11 @@ class FlowRunner:
         in flight (exact when one job read the batch once). None, and the flow observes its input
         from the next epoch on, if the plan does not have exactly one scan with that metric."""
         try:
-            leaves = self.query._jsq.streamingQuery().lastExecution().executedPlan().collectLeaves()  # type: ignore[union-attr]
-            found = []
-            it = leaves.iterator()
-            while it.hasNext():
-                metrics = it.next().metrics()
-                if metrics.contains("numOutputRows"):
-                    found.append(int(metrics.get("numOutputRows").get().value()))
-            if len(found) == 1:
-                return found[0]
+            if self._execution is None:
+                self._execution = self.query._jsq.streamingQuery()  # type: ignore[union-attr]
+            leaves = self._execution.lastExecution().executedPlan().collectLeaves()
+            if leaves.size() == 1:
+                return int(leaves.head().metrics().apply("numOutputRows").value())
         except Exception:  # noqa: BLE001 - an internal API: fall back to observing the input
             log.debug("reading the scan metric failed", exc_info=True)
         log.info("flow '%s': Spark's scan metric is not available; counting input rows by observation",
