@@ -173,25 +173,24 @@ class Table:
             self._conn.autocommit = True  # a failed poll (no table yet) must not leave a transaction open
         return self._conn.cursor()
 
-    def max_id(self) -> int | None:
-        """The largest id written so far; None while the sink has not created the table or written."""
+    def _largest(self, column: str) -> Any:
         try:
             with self._cursor() as cur:
-                cur.execute(f"SELECT max(id) FROM {self.qualified}")
+                cur.execute(f"SELECT max({column}) FROM {self.qualified}")
                 row = cur.fetchone()
         except Exception:  # noqa: BLE001 - the table does not exist yet
             return None
-        return None if row is None or row[0] is None else int(row[0])
+        return None if row is None else row[0]
+
+    def max_id(self) -> int | None:
+        """The largest id written so far; None while the sink has not created the table or written."""
+        value = self._largest("id")
+        return None if value is None else int(value)
 
     def max_total(self) -> float | None:
         """The largest ``total`` so far: the k-th redeployed definition's rows are ≥ k × ``MARK``."""
-        try:
-            with self._cursor() as cur:
-                cur.execute(f"SELECT max(total) FROM {self.qualified}")
-                row = cur.fetchone()
-        except Exception:  # noqa: BLE001 - the table does not exist yet
-            return None
-        return None if row is None or row[0] is None else float(row[0])
+        value = self._largest("total")
+        return None if value is None else float(value)
 
     def check_and_drop(self) -> dict[str, int]:
         """Rows, smallest and largest id, and how many ids of 0..max are missing; then drop it."""

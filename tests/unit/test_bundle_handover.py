@@ -113,14 +113,20 @@ def test_a_revert_deployed_before_the_driver_answered_supersedes_the_swap(
     assert handover.read(handover.request_file(log_path))["deployment"] == 3  # type: ignore[index]
 
 
-def test_a_refused_swap_keeps_the_run_on_its_version_with_the_error(
-        started: tuple[Workspace, Path, int], driver: subprocess.Popen[bytes]) -> None:
-    ws, log_path, run_id = started
+def _swap_requested(ws: Workspace, log_path: Path) -> Runner:
+    """A runner that saw the driver run deployment 1, then asked it to swap to deployment 2."""
     _answer(log_path, running=1, request=None)
     runner = _runner(ws)
     _step(runner)
     _deploy(ws, 2, "v2")
     _step(runner)
+    return runner
+
+
+def test_a_refused_swap_keeps_the_run_on_its_version_with_the_error(
+        started: tuple[Workspace, Path, int], driver: subprocess.Popen[bytes]) -> None:
+    ws, log_path, run_id = started
+    runner = _swap_requested(ws, log_path)
     _answer(log_path, running=1, request=2, state=handover.FAILED,
             message="sql transform 'tagged': column `no_such_column` does not exist")
     _step(runner)
@@ -140,11 +146,7 @@ def test_a_refused_swap_keeps_the_run_on_its_version_with_the_error(
 def test_a_change_that_needs_a_new_jvm_stops_the_driver_and_says_why(
         started: tuple[Workspace, Path, int], driver: subprocess.Popen[bytes]) -> None:
     ws, log_path, run_id = started
-    _answer(log_path, running=1, request=None)
-    runner = _runner(ws)
-    _step(runner)
-    _deploy(ws, 2, "v2")
-    _step(runner)
+    runner = _swap_requested(ws, log_path)
     _answer(log_path, running=1, request=2, state=handover.NEEDS_RESTART, message="spark.conf changed (spark.x)")
     _step(runner)
     assert driver.wait(10) == -15  # SIGTERM: it finishes its epoch and exits
