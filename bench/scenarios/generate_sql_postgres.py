@@ -45,7 +45,7 @@ DEFAULT_ROWS = 1_000_000
 ROWS_PER_BATCH = 250_000
 PARTITIONS = 2
 PHASES = (*RUNTIME_PHASES, *(f"streamling.sinks.postgres:PostgresSink.{m}" for m in
-                             ("open", "write", "_collect", "_split_ops", "_shape", "_write_batch")))
+                             ("open", "write", "_ensure_table", "partition_writer")))
 SCHEMA = "bench"
 SERVICE_UP = ROOT / "fixtures" / "services" / "up"
 

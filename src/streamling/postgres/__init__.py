@@ -14,16 +14,24 @@ from streamling.postgres.errors import (
     mask,
     sqlstate_prefix,
 )
-from streamling.postgres.pool import PoolSettings, PostgresPool, connect_attempts
+from streamling.postgres.pool import (
+    PoolSettings,
+    PostgresPool,
+    connect_attempts,
+    count_connect_attempts,
+    shared_pool,
+)
 
 __all__ = [
     "PoolSettings",
     "PostgresPool",
     "StatementBoundExceeded",
     "connect_attempts",
+    "count_connect_attempts",
     "first_line",
     "is_authentication_failure",
     "is_transient",
     "mask",
+    "shared_pool",
     "sqlstate_prefix",
 ]

@@ -57,10 +57,19 @@ _attempts_lock = threading.Lock()
 
 
 def connect_attempts(target: str) -> int:
-    """Network connection attempts made so far in this process to ``host:port/db`` (for tests and
-    benchmarks: an outage must cost exactly the retry policy's attempts)."""
+    """Network connection attempts made so far to ``host:port/db`` by this process and by the
+    executor-side writers it ran (they report theirs back, ``count_connect_attempts``); for tests and
+    benchmarks: an outage must cost exactly the retry policy's attempts."""
     with _attempts_lock:
         return _attempts[target]
+
+
+def count_connect_attempts(target: str, attempts: int) -> None:
+    """Add attempts made in another process on this one's behalf (a Spark task's writer reports
+    them in its result row), so one counter tells what an outage cost wherever the writers ran."""
+    if attempts:
+        with _attempts_lock:
+            _attempts[target] += attempts
 
 
 @dataclass(frozen=True)
@@ -270,3 +279,23 @@ class PostgresPool:
 
     def close(self) -> None:
         self._pool.close(timeout=1.0)
+
+
+_shared: dict[tuple[str, str, str, str, PoolSettings], PostgresPool] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_pool(conninfo: str, *, target: str, describe: str, application_name: str,
+                settings: PoolSettings) -> PostgresPool:
+    """The pool of this process for these connection settings, created on first use.
+
+    Spark reuses its Python workers across tasks: a writer running in a task takes its connection
+    here instead of connecting per task, and the next task on the worker finds it warm."""
+    key = (conninfo, target, describe, application_name, settings)
+    with _shared_lock:
+        pool = _shared.get(key)
+        if pool is None:
+            pool = PostgresPool(conninfo, target=target, describe=describe, application_name=application_name,
+                                settings=settings)
+            _shared[key] = pool
+        return pool

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from streamling.runtime.nodes import GS_OP
@@ -42,3 +43,35 @@ def last_rows(table: pa.Table, key: list[str]) -> pa.Table:
     if len(last) == table.num_rows:
         return table
     return table.take(pa.array(np.sort(last.to_numpy())))
+
+
+#: rows per Arrow chunk a driver-side sink holds at a time (``arrow_chunks``)
+CHUNK_ROWS = 10_000
+
+
+def arrow_chunks(df: DataFrame, rows_per_chunk: int = CHUNK_ROWS) -> Iterator[pa.RecordBatch]:
+    """The rows of ``df`` on the driver as Arrow batches of at most ``rows_per_chunk`` rows, in order.
+
+    For sinks that must write from the driver (stdout, one ordered stream of requests): unlike
+    ``toArrow`` the driver never holds the epoch, only the partition being read and the next one.
+    The executors cut their partitions into Arrow IPC chunks, so the values are exactly what
+    ``toArrow`` gives, and ``toLocalIterator`` fetches them a partition at a time (one small Spark
+    job per partition)."""
+    import pyarrow as pa
+
+    step = max(1, rows_per_chunk)
+
+    def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        for batch in batches:
+            for offset in range(0, batch.num_rows, step):
+                out = pa.BufferOutputStream()
+                with pa.ipc.new_stream(out, batch.schema) as writer:
+                    writer.write_batch(batch.slice(offset, step))
+                yield pa.RecordBatch.from_arrays([pa.array([out.getvalue().to_pybytes()], pa.binary())],
+                                                 names=["chunk"])
+
+    for row in df.mapInArrow(encode, "chunk binary").toLocalIterator(prefetchPartitions=True):
+        with pa.ipc.open_stream(bytes(row[0])) as reader:
+            yield from reader

@@ -5,26 +5,33 @@ Semantics follow Streamling's sink: the schema and table are created from the in
 (``i``, ``u`` or a null op) is ``INSERT … ON CONFLICT (pk) DO UPDATE`` (or ``DO NOTHING``), with
 ``update_where`` conditions ANDed as ``EXCLUDED.col op t.col``; without a key rows are plain inserts.
 
-Why this shape: a batch is collected once as Arrow on the driver, the last row per key is kept (the
-first with ``on_conflict: nothing``, as Streamling does), then the rows go through one ``COPY`` (CSV written by
-Arrow's C++ writer) into a temporary staging table followed by one ``DELETE … USING`` and one
-``INSERT … SELECT … ON CONFLICT``, all in a single transaction. That is far faster than row-wise
-statements and makes a replayed epoch converge to the same table. Keyless tables record the last
-written epoch in ``<schema>._streamling_sink_epochs`` inside the same transaction, so a replay does
-not insert twice.
+Why this shape: the epoch is shaped in Spark (nested values to JSON text, binary to hex) and spread
+over ``parallelism`` partitions (one by default), hashed by primary key so one key's ops stay, in
+order, in one writer. Each partition is written by a Spark task (``PartitionWriter``, through
+``mapInArrow``): it keeps the last row per key (the first with ``on_conflict: nothing``, as
+Streamling does), sends the rows through one ``COPY`` (CSV written by Arrow's C++ writer) into a
+temporary staging table, then one ``DELETE … USING`` and one ``INSERT … SELECT … ON CONFLICT``, all
+in one transaction per partition, and yields one result row. The driver creates the table and
+collects only those rows, so its memory does not grow with the epoch and writers scale with the
+cluster. A replayed keyed epoch converges to the same table (a key is always in the same
+partition). Keyless partitions record the last epoch they wrote in
+``<schema>._streamling_sink_partition_epochs`` inside their transaction; keyless rows are hashed by
+all their columns, so a replay after a partial failure writes exactly the partitions that are missing.
 
-Failures are classified (``streamling.postgres.is_transient``), never retried here: the flow owns
-the retry policy, so an outage costs exactly its attempts.
+Failures are classified (``streamling.postgres.is_transient``), never retried here nor by Spark (a
+writer reports instead of raising): the flow owns the retry policy, so an outage costs exactly its
+attempts, one connection attempt per writer. Connections live in one pool per executor process.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
@@ -37,7 +44,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
-    from streamling.postgres import PostgresPool
+    from streamling.postgres import PoolSettings, PostgresPool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -45,7 +52,9 @@ T = TypeVar("T")
 NODE_KIND = "postgres sink"
 DELETE_COL = "_stl_del"
 ROUND_COL = "_stl_round"
-EPOCHS_TABLE = "_streamling_sink_epochs"
+EPOCHS_TABLE = "_streamling_sink_epochs"  # one mark per sink (postgres_aggregate; this sink before)
+PARTITION_MARKS_TABLE = "_streamling_sink_partition_epochs"
+SEQ_COL = "_stl_seq"  # the epoch's row order, carried through the shuffle to the writers
 STAGES_ATTR = "_stl_stages"  # temp tables created on a connection (they live as long as it does)
 
 
@@ -134,11 +143,11 @@ def compatible(expected: str, actual: str) -> bool:
     return exp == act
 
 
-# --- the sink ------------------------------------------------------------------------------------
+# --- the per-partition writer (runs in a Spark task) ------------------------------------------------
 
 @dataclass
 class _Statements:
-    """SQL for one column set, built once and reused for every batch with the same columns."""
+    """SQL for one column set, built once on the driver and shipped to every writer."""
 
     stage: str
     create_stage: str
@@ -153,8 +162,261 @@ class _Statements:
     insert_plain: str = ""
 
 
+@dataclass(frozen=True)
+class _Marks:
+    """Where a keyless writer records the partitions of an epoch it wrote (replay protection)."""
+
+    check: str
+    check_legacy: str  # "" unless the table of the one-row-per-sink marks of earlier versions exists
+    mark: str
+    args: tuple[str, str, str]  # sink token, sink, target table
+    epoch_id: int
+
+
+#: One row per partition writer: what it wrote and, instead of an exception, how it failed.
+RESULT_DDL = ("partition int, received long, upserts long, deletes long, skipped_deletes long, replayed boolean, "
+              "attempts long, error_kind string, sqlstate string, detail string")
+
+
+@dataclass(frozen=True)
+class PartitionWriter:
+    """Writes one Spark partition of an epoch in one transaction and yields one result row.
+
+    Called by ``mapInArrow`` on the executors. It never raises into Spark (Spark would retry the
+    task behind the flow's back, multiplying an outage's attempts): a failure is classified here
+    with ``streamling.postgres`` and reported, and the driver raises it once, naming the node."""
+
+    node: str
+    key: tuple[str, ...]
+    names: tuple[str, ...]
+    deduplicate: bool
+    first_wins: bool
+    statements: _Statements
+    conninfo: str
+    target: str
+    pool_settings: PoolSettings
+    secret: str | None
+    marks: _Marks | None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        part = task.partitionId() if task is not None else 0
+        chunks = [b for b in batches if b.num_rows]
+        result = self.write(pa.Table.from_batches(chunks) if chunks else None, part)
+        yield pa.RecordBatch.from_pylist([result], schema=_result_schema())
+
+    def write(self, table: pa.Table | None, part: int) -> dict[str, Any]:
+        """Write one partition's rows; the result row (an empty partition connects to nothing)."""
+        from streamling.postgres import connect_attempts, shared_pool
+
+        result: dict[str, Any] = {"partition": part, "received": 0, "upserts": 0, "deletes": 0,
+                                  "skipped_deletes": 0, "replayed": False, "attempts": 0, "error_kind": None,
+                                  "sqlstate": None, "detail": None}
+        if table is None or table.num_rows == 0:
+            return result
+        result["received"] = table.num_rows
+        before = connect_attempts(self.target)
+        try:
+            payload, stats = self._shape(table)
+            result.update(upserts=stats["upserts"], deletes=stats["deletes"], skipped_deletes=stats["skipped"])
+            pool = shared_pool(self.conninfo, target=self.target, describe=f"{NODE_KIND} '{self.node}'",
+                               application_name=f"streamling:{self.node}", settings=self.pool_settings)
+            with pool.connection() as conn:
+                result["replayed"] = not self._write(conn, payload, stats, part)
+        except Exception as exc:  # noqa: BLE001 - reported to the driver, which raises it once
+            result.update(zip(("error_kind", "sqlstate", "detail"), classify(exc, self.secret), strict=True))
+        finally:
+            result["attempts"] = connect_attempts(self.target) - before
+        return result
+
+    def _shape(self, table: pa.Table) -> tuple[bytes, dict[str, int]]:
+        """Restore the epoch's order, dedup (last row per key wins; the first with ``on_conflict:
+        nothing``), assign rounds, and render the COPY payload.
+
+        With ``deduplicate: false`` a key can appear several times; its rows are then applied in
+        order, one *round* per occurrence, so the result matches row-by-row application.
+        """
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.csv as pacsv
+
+        if SEQ_COL in table.column_names:  # the shuffle may interleave the epoch's upstream partitions
+            table = table.take(pc.sort_indices(table.column(SEQ_COL))).drop_columns([SEQ_COL])
+        deletes, table = _split_ops(table)
+        key = list(self.key)
+        n = table.num_rows
+        skipped = 0
+        rounds = np.zeros(n, dtype=np.int32)
+        # One key column whose values are already distinct (the common epoch) needs no grouping.
+        unique = len(key) == 1 and pc.count_distinct(table.column(key[0]), mode="all").as_py() == n
+        if key and not unique:
+            idx = pa.array(np.arange(n, dtype=np.int64))
+            keyed = pa.table([table.column(k) for k in key] + [idx], names=[*key, "__i"])
+            last = keyed.group_by(key, use_threads=False).aggregate([("__i", "max")])
+            if last.num_rows != n:
+                if self.first_wins:
+                    take, rounds = _first_wins(table, deletes, key)
+                    table, deletes = table.take(pa.array(take)), pc.take(deletes, pa.array(take))
+                    n = table.num_rows
+                elif self.deduplicate:
+                    keep = pc.sort_indices(last.column("__i_max"))
+                    take = pc.take(last.column("__i_max"), keep)
+                    table, deletes = table.take(take), pc.take(deletes, take)
+                    n = table.num_rows
+                    rounds = np.zeros(n, dtype=np.int32)
+                else:
+                    seen: dict[tuple[Any, ...], int] = {}
+                    keys = zip(*(table.column(k).to_pylist() for k in key), strict=True)
+                    for i, k in enumerate(keys):
+                        rounds[i] = seen.get(k, 0)
+                        seen[k] = rounds[i] + 1
+        elif not key and pc.any(deletes).as_py():
+            skipped = int(pc.sum(deletes).as_py() or 0)
+            keep_mask = pc.invert(deletes)
+            table, deletes = table.filter(keep_mask), pc.filter(deletes, keep_mask)
+        n_del = int(pc.sum(deletes).as_py() or 0)
+        n_rounds = int(rounds.max()) + 1 if n else 0
+        plain = bool(key) and n_del == 0 and n_rounds == 1
+        shaped = table.select(list(self.names))
+        if key and not plain:
+            shaped = shaped.append_column(DELETE_COL, deletes).append_column(ROUND_COL, pa.array(rounds))
+        buf = io.BytesIO()
+        pacsv.write_csv(shaped, buf, pacsv.WriteOptions(include_header=False))
+        stats = {"upserts": table.num_rows - n_del, "deletes": n_del, "rounds": n_rounds, "plain": int(plain),
+                 "skipped": skipped}
+        return buf.getvalue(), stats
+
+    def _write(self, conn: psycopg.Connection[Any], payload: bytes, stats: dict[str, int], part: int) -> bool:
+        """One transaction; False when a keyless partition of this epoch was already written."""
+        st = self.statements
+        stages: set[str] = getattr(conn, STAGES_ATTR, set())
+        stage = ""
+        with conn.cursor() as cur:
+            if not self.key:
+                if self.marks is not None and self._already_written(cur, self.marks, part):
+                    conn.rollback()
+                    return False
+                if stats["upserts"]:
+                    with cur.copy(st.copy_target) as copy:
+                        copy.write(payload)
+                if self.marks is not None:
+                    cur.execute(self.marks.mark, (*self.marks.args, part, self.marks.epoch_id))
+            elif stats.get("plain"):
+                stage = st.plain
+                if stage not in stages:
+                    cur.execute(st.create_plain)
+                with cur.copy(st.copy_plain) as copy:
+                    copy.write(payload)
+                cur.execute(st.insert_plain)
+            else:
+                stage = st.stage
+                if stage not in stages:
+                    cur.execute(st.create_stage)
+                with cur.copy(st.copy_stage) as copy:
+                    copy.write(payload)
+                for r in range(stats["rounds"]):
+                    if stats["deletes"]:
+                        cur.execute(st.delete, (r,))
+                    if stats["upserts"]:
+                        cur.execute(st.insert, (r,))
+        conn.commit()
+        if stage:
+            stages.add(stage)
+            setattr(conn, STAGES_ATTR, stages)
+        return True
+
+    @staticmethod
+    def _already_written(cur: psycopg.Cursor[Any], marks: _Marks, part: int) -> bool:
+        """Keyless inserts are not idempotent: each partition remembers the last epoch it wrote
+        (a whole epoch recorded by an earlier version counts for every partition)."""
+        cur.execute(marks.check, (*marks.args, part))
+        row = cur.fetchone()
+        if row is not None and row[0] >= marks.epoch_id:
+            return True
+        if marks.check_legacy:
+            cur.execute(marks.check_legacy, marks.args)
+            row = cur.fetchone()
+            return row is not None and row[0] >= marks.epoch_id
+        return False
+
+
+def _result_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([("partition", pa.int32()), ("received", pa.int64()), ("upserts", pa.int64()),
+                      ("deletes", pa.int64()), ("skipped_deletes", pa.int64()), ("replayed", pa.bool_()),
+                      ("attempts", pa.int64()), ("error_kind", pa.string()), ("sqlstate", pa.string()),
+                      ("detail", pa.string())])
+
+
+def classify(exc: BaseException, secret: str | None) -> tuple[str, str | None, str]:
+    """How a writer failed, as plain values the driver turns into the sink's error: ``auth``,
+    ``transient``, ``rejected`` (Postgres refused the data or the statement) or ``internal``
+    (``internal_transient`` when worth another attempt); the SQLSTATE; the masked first line."""
+    import psycopg
+
+    from streamling.errors import is_retriable
+    from streamling.postgres import first_line, is_authentication_failure, is_transient, mask
+
+    detail = mask(first_line(exc), [secret])
+    state = getattr(exc, "sqlstate", None)
+    if is_authentication_failure(exc):
+        kind = "auth"
+    elif isinstance(exc, psycopg.Error):
+        kind = "transient" if is_transient(exc) else "rejected"
+    else:
+        kind = "internal_transient" if is_retriable(exc) else "internal"
+        detail = f"{type(exc).__name__}: {detail}"
+    return kind, state, detail
+
+
+def _split_ops(table: pa.Table) -> tuple[pa.Array, pa.Table]:
+    """A boolean delete mask from ``_gs_op`` (``d``, any case) and the table without it."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if GS_OP not in table.column_names:
+        return pa.array(np.zeros(table.num_rows, dtype=bool)), table
+    ops = table.column(GS_OP)
+    if not pa.types.is_string(ops.type) and not pa.types.is_large_string(ops.type):
+        ops = ops.cast(pa.string())
+    mask = pc.fill_null(pc.equal(pc.utf8_lower(pc.utf8_trim_whitespace(ops)), "d"), False)
+    return mask.combine_chunks(), table.drop_columns([GS_OP])
+
+
+def _first_wins(table: pa.Table, deletes: pa.Array, key: list[str]) -> tuple[Any, Any]:
+    """Rows to keep and their rounds under ``on_conflict: nothing``: the first row of a key in the
+    epoch wins (later versions would hit ``DO NOTHING`` row by row). A delete resets the key, so
+    per key at most its last delete (round 0) and the first upsert after it (round 1) remain."""
+    import numpy as np
+
+    flags = deletes.to_pylist()
+    chosen: dict[tuple[Any, ...], list[int]] = {}
+    keys = zip(*(table.column(k).to_pylist() for k in key), strict=True)
+    for i, k in enumerate(keys):
+        kept = chosen.get(k)
+        if flags[i] or kept is None:
+            chosen[k] = [i]
+        elif len(kept) == 1 and flags[kept[0]]:
+            kept.append(i)
+    pairs = sorted((i, r) for kept in chosen.values() for r, i in enumerate(kept))
+    take = np.fromiter((i for i, _ in pairs), dtype=np.int64, count=len(pairs))
+    rounds = np.fromiter((r for _, r in pairs), dtype=np.int32, count=len(pairs))
+    return take, rounds
+
+
+# --- the sink ------------------------------------------------------------------------------------
+
 class PostgresSink(Sink[PostgresSinkOptions]):
-    """Writes each epoch to ``schema.table`` in one transaction; see the module docstring."""
+    """Writes each epoch to ``schema.table`` from the executors; see the module docstring."""
+
+    #: the flow spreads each epoch over ``parallelism`` writers (one by default)
+    honoured_keys: ClassVar[frozenset[str]] = frozenset({"parallelism"})
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
@@ -165,6 +427,7 @@ class PostgresSink(Sink[PostgresSinkOptions]):
         self._pool: PostgresPool | None = None
         self._verified: tuple[tuple[str, str], ...] | None = None  # column set checked against table
         self._statements: dict[tuple[str, ...], _Statements] = {}
+        self._legacy_marks = False  # the one-row-per-sink marks table of earlier versions exists
         self._warned_keyless_delete = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -186,20 +449,60 @@ class PostgresSink(Sink[PostgresSinkOptions]):
     # -- writing -----------------------------------------------------------------------------------
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
+        """Shape the epoch in Spark, write its partitions from the executors in parallel, and raise
+        the first failure here, classified as the driver would have; only result rows come back."""
         columns = self._columns(df.schema)
-        table = self._collect(df, columns)
-        rows = table.num_rows
-        if rows == 0:
-            if self._verified is None:
-                self._run("creating the table", lambda conn: self._ensure_table(conn, columns))
-            return 0
-        deletes, table = self._split_ops(table)
-        payload, stats = self._shape(table, deletes, [c.name for c in columns])
-        self._run(f"writing epoch {epoch.epoch_id}",
-                  lambda conn: self._write_batch(conn, columns, payload, stats, epoch))
-        log.debug("postgres sink '%s' epoch %s: %d rows (%d upserts, %d deletes, %d rounds)", self.name,
-                  epoch.epoch_id, rows, stats["upserts"], stats["deletes"], stats["rounds"])
+        what = f"writing epoch {epoch.epoch_id}"
+        if self._verified != tuple((c.name, c.pg_type) for c in columns):
+            self._run(what, lambda conn: self._ensure_table(conn, columns))
+        writer = self.partition_writer(columns, epoch)
+        results = self._partitioned(self._encode(df, columns)).mapInArrow(writer, RESULT_DDL).collect()
+        from streamling.postgres import count_connect_attempts
+
+        count_connect_attempts(self.target, sum(r["attempts"] for r in results))
+        failed = [r for r in results if r["error_kind"]]
+        if failed:
+            raise self._failure(failed, len(results), what)
+        rows = sum(r["received"] for r in results)
+        replayed = sorted(r["partition"] for r in results if r["replayed"])
+        if replayed:
+            log.info("postgres sink '%s': epoch %s partition(s) %s already written, skipped", self.name,
+                     epoch.epoch_id, ", ".join(map(str, replayed)))
+        if any(r["skipped_deletes"] for r in results) and not self._warned_keyless_delete:
+            log.warning("postgres sink '%s' has no primary key: 'd' rows cannot be matched and are skipped",
+                        self.name)
+            self._warned_keyless_delete = True
+        log.debug("postgres sink '%s' epoch %s: %d rows (%d upserts, %d deletes) by %d writers", self.name,
+                  epoch.epoch_id, rows, sum(r["upserts"] for r in results), sum(r["deletes"] for r in results),
+                  len(results))
         return rows
+
+    def partition_writer(self, columns: list[_Column] | StructType, epoch: Epoch) -> PartitionWriter:
+        """The writer the executors run for ``epoch`` (the table must exist and fit ``columns``)."""
+        if not isinstance(columns, list):
+            columns = self._columns(columns)
+        names = tuple(c.name for c in columns)
+        return PartitionWriter(
+            node=self.name, key=tuple(self.key), names=names, deduplicate=self.options.deduplicate,
+            first_wins=self.options.deduplicate and self.options.on_conflict == "nothing",
+            statements=self._statements_for(list(names)), conninfo=self.conn_settings.conninfo(),
+            target=self.target, pool_settings=self._pool_settings(), secret=self.conn_settings.pass_,
+            marks=self._marks(epoch) if not self.key else None)
+
+    def _partitioned(self, df: DataFrame) -> DataFrame:
+        """One writer per partition. Keyed rows are hashed by key (``spread``) so one key's ops stay
+        in one writer, each row numbered first so the writer restores the epoch's order. Keyless rows
+        are hashed by all their columns: a replayed epoch puts every row where it went the first
+        time, however the upstream partitions came out, so the per-partition marks stay true."""
+        from pyspark.sql import functions as F
+
+        count = self.options.parallelism or 1
+        if self.key:
+            df = df.withColumn(SEQ_COL, F.monotonically_increasing_id())
+            return self.spread(df) if self.options.parallelism else df.repartition(1)
+        if count == 1:
+            return df.repartition(1)
+        return df.repartition(count, *[F.col("`" + c.replace("`", "``") + "`") for c in df.columns])
 
     def _columns(self, schema: StructType) -> list[_Column]:
         out = []
@@ -217,155 +520,39 @@ class PostgresSink(Sink[PostgresSinkOptions]):
                               hint="select them in the upstream SQL or fix primary_key")
         return out
 
-    def _collect(self, df: DataFrame, columns: list[_Column]) -> pa.Table:
-        """The batch as Arrow; nested values become JSON text and binary becomes ``\\x`` hex in the
-        JVM, so the driver only serialises flat columns."""
+    def _encode(self, df: DataFrame, columns: list[_Column]) -> DataFrame:
+        """Nested values become JSON text and binary becomes ``\\x`` hex in the JVM, so the writers
+        only render flat columns."""
         from pyspark.sql import functions as F
 
-        if any(c.encode != "plain" for c in columns):
-            exprs = []
-            for name in df.columns:
-                col = F.col("`" + name.replace("`", "``") + "`")
-                enc = next((c.encode for c in columns if c.name == name), "plain")
-                if enc == "json":
-                    col = F.to_json(col)
-                elif enc == "bytea":
-                    col = F.concat(F.lit("\\x"), F.hex(col))
-                exprs.append(col.alias(name))
-            df = df.select(*exprs)
-        return df.toArrow()
+        if all(c.encode == "plain" for c in columns):
+            return df
+        exprs = []
+        for name in df.columns:
+            col = F.col("`" + name.replace("`", "``") + "`")
+            enc = next((c.encode for c in columns if c.name == name), "plain")
+            if enc == "json":
+                col = F.to_json(col)
+            elif enc == "bytea":
+                col = F.concat(F.lit("\\x"), F.hex(col))
+            exprs.append(col.alias(name))
+        return df.select(*exprs)
 
-    def _split_ops(self, table: pa.Table) -> tuple[pa.Array, pa.Table]:
-        """A boolean delete mask from ``_gs_op`` (``d``, any case) and the table without it."""
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        if GS_OP not in table.column_names:
-            return pa.array(np.zeros(table.num_rows, dtype=bool)), table
-        ops = table.column(GS_OP)
-        if not pa.types.is_string(ops.type) and not pa.types.is_large_string(ops.type):
-            ops = ops.cast(pa.string())
-        mask = pc.fill_null(pc.equal(pc.utf8_lower(pc.utf8_trim_whitespace(ops)), "d"), False)
-        return mask.combine_chunks(), table.drop_columns([GS_OP])
-
-    def _shape(self, table: pa.Table, deletes: pa.Array, names: list[str]) -> tuple[bytes, dict[str, int]]:
-        """Dedup (last row per key wins, order kept; the first with ``on_conflict: nothing``), assign
-        rounds, and render the COPY payload.
-
-        With ``deduplicate: false`` a key can appear several times; its rows are then applied in
-        order, one *round* per occurrence, so the result matches row-by-row application.
-        """
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.csv as pacsv
-
-        n = table.num_rows
-        rounds = np.zeros(n, dtype=np.int32)
-        # One key column whose values are already distinct (the common epoch) needs no grouping.
-        unique = len(self.key) == 1 and pc.count_distinct(table.column(self.key[0]), mode="all").as_py() == n
-        if self.key and not unique:
-            idx = pa.array(np.arange(n, dtype=np.int64))
-            keyed = pa.table([table.column(k) for k in self.key] + [idx], names=[*self.key, "__i"])
-            last = keyed.group_by(self.key, use_threads=False).aggregate([("__i", "max")])
-            if last.num_rows != n:
-                if self.options.deduplicate and self.options.on_conflict == "nothing":
-                    take, rounds = self._first_wins(table, deletes)
-                    table, deletes = table.take(pa.array(take)), pc.take(deletes, pa.array(take))
-                    n = table.num_rows
-                elif self.options.deduplicate:
-                    keep = pc.sort_indices(last.column("__i_max"))
-                    take = pc.take(last.column("__i_max"), keep)
-                    table, deletes = table.take(take), pc.take(deletes, take)
-                    n = table.num_rows
-                    rounds = np.zeros(n, dtype=np.int32)
-                else:
-                    seen: dict[tuple[Any, ...], int] = {}
-                    keys = zip(*(table.column(k).to_pylist() for k in self.key), strict=True)
-                    for i, k in enumerate(keys):
-                        rounds[i] = seen.get(k, 0)
-                        seen[k] = rounds[i] + 1
-        elif not self.key:
-            if pc.any(deletes).as_py():
-                if not self._warned_keyless_delete:
-                    log.warning("postgres sink '%s' has no primary key: 'd' rows cannot be matched and are "
-                                "skipped", self.name)
-                    self._warned_keyless_delete = True
-                keep_mask = pc.invert(deletes)
-                table, deletes = table.filter(keep_mask), pc.filter(deletes, keep_mask)
-        n_del = int(pc.sum(deletes).as_py() or 0)
-        n_rounds = int(rounds.max()) + 1 if n else 0
-        plain = bool(self.key) and n_del == 0 and n_rounds == 1
-        shaped = table.select(names)
-        if self.key and not plain:
-            shaped = shaped.append_column(DELETE_COL, deletes).append_column(ROUND_COL, pa.array(rounds))
-        buf = io.BytesIO()
-        pacsv.write_csv(shaped, buf, pacsv.WriteOptions(include_header=False))
-        stats = {"upserts": table.num_rows - n_del, "deletes": n_del, "rounds": n_rounds, "plain": int(plain)}
-        return buf.getvalue(), stats
-
-    def _first_wins(self, table: pa.Table, deletes: pa.Array) -> tuple[Any, Any]:
-        """Rows to keep and their rounds under ``on_conflict: nothing``: the first row of a key in the
-        epoch wins (later versions would hit ``DO NOTHING`` row by row). A delete resets the key, so
-        per key at most its last delete (round 0) and the first upsert after it (round 1) remain."""
-        import numpy as np
-
-        flags = deletes.to_pylist()
-        chosen: dict[tuple[Any, ...], list[int]] = {}
-        keys = zip(*(table.column(k).to_pylist() for k in self.key), strict=True)
-        for i, key in enumerate(keys):
-            kept = chosen.get(key)
-            if flags[i] or kept is None:
-                chosen[key] = [i]
-            elif len(kept) == 1 and flags[kept[0]]:
-                kept.append(i)
-        pairs = sorted((i, r) for kept in chosen.values() for r, i in enumerate(kept))
-        take = np.fromiter((i for i, _ in pairs), dtype=np.int64, count=len(pairs))
-        rounds = np.fromiter((r for _, r in pairs), dtype=np.int32, count=len(pairs))
-        return take, rounds
-
-    def _write_batch(self, conn: psycopg.Connection[Any], columns: list[_Column], payload: bytes,
-                     stats: dict[str, int], epoch: Epoch) -> None:
-        self._ensure_table(conn, columns)
-        st = self._statements_for(conn, [c.name for c in columns])
-        stages: set[str] = getattr(conn, STAGES_ATTR, set())
-        with conn.cursor() as cur:
-            if not self.key:
-                if self._already_written(cur, epoch):
-                    conn.rollback()
-                    log.info("postgres sink '%s': epoch %s already written, skipped", self.name, epoch.epoch_id)
-                    return
-                with cur.copy(st.copy_target) as copy:
-                    copy.write(payload)
-                self._mark_written(cur, epoch)
-            elif stats.get("plain"):
-                stage = st.plain
-                if stage not in stages:
-                    cur.execute(st.create_plain)
-                with cur.copy(st.copy_plain) as copy:
-                    copy.write(payload)
-                cur.execute(st.insert_plain)
-            else:
-                stage = st.stage
-                if stage not in stages:
-                    cur.execute(st.create_stage)
-                with cur.copy(st.copy_stage) as copy:
-                    copy.write(payload)
-                for r in range(stats["rounds"]):
-                    if stats["deletes"]:
-                        cur.execute(st.delete, (r,))
-                    if stats["upserts"]:
-                        cur.execute(st.insert, (r,))
-        conn.commit()
-        if self.key:
-            stages.add(stage)
-            setattr(conn, STAGES_ATTR, stages)
+    def _failure(self, failed: list[Any], writers: int, what: str) -> StreamlingError:
+        """The error of the first writer that failed for good, else of the first that failed."""
+        first = sorted(failed, key=lambda r: (r["error_kind"] in ("transient", "internal_transient"),
+                                              r["partition"]))[0]
+        if writers > 1:
+            what += f", partition {first['partition']} of {writers}"
+            if len(failed) > 1:
+                what += f" ({len(failed)} writers failed)"
+        return self._classified_error(first["error_kind"], first["sqlstate"], first["detail"], what)
 
     # -- table and statements ----------------------------------------------------------------------
 
     def _ensure_table(self, conn: psycopg.Connection[Any], columns: list[_Column]) -> None:
-        """Create schema and table if missing; otherwise check that every column fits."""
+        """Create schema and table if missing; otherwise check that every column fits. Keyless
+        sinks also get the table of their per-partition epoch marks."""
         signature = tuple((c.name, c.pg_type) for c in columns)
         if self._verified == signature:
             return
@@ -401,6 +588,8 @@ class PostgresSink(Sink[PostgresSinkOptions]):
                                   hint="add one (ALTER TABLE … ADD PRIMARY KEY) or fix primary_key")
             conn.commit()
         self._check_update_where(columns)
+        if not self.key:
+            self._ensure_marks(conn)
         self._verified = signature
 
     def _describe(self, conn: psycopg.Connection[Any]) -> tuple[dict[str, str], set[frozenset[str]]] | None:
@@ -432,7 +621,7 @@ class PostgresSink(Sink[PostgresSinkOptions]):
             raise self._error(f"update_where names column(s) not in the input: {', '.join(unknown)}",
                               hint="use columns the sink writes")
 
-    def _statements_for(self, conn: psycopg.Connection[Any], names: list[str]) -> _Statements:
+    def _statements_for(self, names: list[str]) -> _Statements:
         cached = self._statements.get(tuple(names))
         if cached is not None:
             return cached
@@ -440,7 +629,11 @@ class PostgresSink(Sink[PostgresSinkOptions]):
 
         target = sql.Identifier(self.options.schema_, self.options.table)
         cols = sql.SQL(", ").join(map(sql.Identifier, names))
-        stage_name = f"_stl_stage_{len(self._statements)}"
+        # Writers' connections outlive a sink (one pool per executor process): the staging table's
+        # name says which target and columns it was made for, so a redeployed sink never reuses one
+        # of another shape.
+        shape = "\0".join([self.options.schema_, self.options.table, *names]).encode()
+        stage_name = f"_stl_stage_{hashlib.sha1(shape, usedforsecurity=False).hexdigest()[:16]}"
         stage = sql.Identifier(stage_name)
         create_stage = sql.SQL(
             "CREATE TEMP TABLE {stage} ON COMMIT DELETE ROWS AS SELECT {cols} FROM {target} WITH NO DATA; "
@@ -474,96 +667,110 @@ class PostgresSink(Sink[PostgresSinkOptions]):
             delete = sql.SQL("DELETE FROM {target} AS t USING {stage} AS s WHERE s.{d} AND s.{r} = %s AND {match}"
                              ).format(target=target, stage=stage, match=match, d=sql.Identifier(DELETE_COL),
                                       r=sql.Identifier(ROUND_COL))
-        st = _Statements(stage_name, create_stage.as_string(conn), copy_stage.as_string(conn),
-                         copy_target.as_string(conn), insert.as_string(conn), delete.as_string(conn))
+        st = _Statements(stage_name, create_stage.as_string(), copy_stage.as_string(), copy_target.as_string(),
+                         insert.as_string(), delete.as_string())
         if self.key:
             plain = sql.Identifier(f"{stage_name}_plain")
             st.plain = f"{stage_name}_plain"
             st.create_plain = sql.SQL(
                 "CREATE TEMP TABLE {plain} ON COMMIT DELETE ROWS AS SELECT {cols} FROM {target} WITH NO DATA"
-            ).format(plain=plain, cols=cols, target=target).as_string(conn)
-            st.copy_plain = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(plain, cols).as_string(conn)
+            ).format(plain=plain, cols=cols, target=target).as_string()
+            st.copy_plain = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(plain, cols).as_string()
             st.insert_plain = sql.SQL(
                 "INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {plain} ON CONFLICT ({key}) {action}"
-            ).format(target=target, cols=cols, plain=plain, key=key, action=action).as_string(conn)
+            ).format(target=target, cols=cols, plain=plain, key=key, action=action).as_string()
         self._statements[tuple(names)] = st
         return st
 
     # -- keyless replay protection -------------------------------------------------------------------
 
-    def _already_written(self, cur: psycopg.Cursor[Any], epoch: Epoch) -> bool:
-        """Keyless inserts are not idempotent: remember the last epoch per (sink token, sink)."""
-        if not epoch.sink_token:
-            return False
+    def _ensure_marks(self, conn: psycopg.Connection[Any]) -> None:
+        """The marks table of keyless sinks: the last epoch each (sink token, sink, target,
+        partition) wrote. Created here on the driver so the writers only read and upsert it."""
         from psycopg import sql
 
-        marks = sql.Identifier(self.options.schema_, EPOCHS_TABLE)
-        cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (sink_token TEXT NOT NULL, sink TEXT NOT NULL, "
-                            "target TEXT NOT NULL, epoch_id BIGINT NOT NULL, updated_at TIMESTAMPTZ "
-                            "NOT NULL DEFAULT now(), PRIMARY KEY (sink_token, sink, target))").format(marks))
-        cur.execute(sql.SQL("SELECT epoch_id FROM {} WHERE sink_token = %s AND sink = %s AND target = %s "
-                            "FOR UPDATE").format(marks), (epoch.sink_token, self.name, self.options.table))
-        row = cur.fetchone()
-        return row is not None and row[0] >= epoch.epoch_id
+        with conn.cursor() as cur:
+            cur.execute(sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (sink_token TEXT NOT NULL, sink TEXT NOT NULL, target TEXT NOT NULL, "
+                "partition_id INTEGER NOT NULL, epoch_id BIGINT NOT NULL, updated_at TIMESTAMPTZ NOT NULL DEFAULT "
+                "now(), PRIMARY KEY (sink_token, sink, target, partition_id))"
+            ).format(sql.Identifier(self.options.schema_, PARTITION_MARKS_TABLE)))
+            cur.execute("SELECT to_regclass(%s) IS NOT NULL",
+                        (sql.Identifier(self.options.schema_, EPOCHS_TABLE).as_string(),))
+            row = cur.fetchone()
+        conn.commit()
+        self._legacy_marks = bool(row and row[0])
 
-    def _mark_written(self, cur: psycopg.Cursor[Any], epoch: Epoch) -> None:
+    def _marks(self, epoch: Epoch) -> _Marks | None:
         if not epoch.sink_token:
-            return
+            return None
         from psycopg import sql
 
-        cur.execute(sql.SQL(
-            "INSERT INTO {} (sink_token, sink, target, epoch_id) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (sink_token, sink, target) DO UPDATE SET epoch_id = EXCLUDED.epoch_id, updated_at = now()"
-        ).format(sql.Identifier(self.options.schema_, EPOCHS_TABLE)),
-            (epoch.sink_token, self.name, self.options.table, epoch.epoch_id))
+        marks = sql.Identifier(self.options.schema_, PARTITION_MARKS_TABLE)
+        legacy = ""
+        if self._legacy_marks:
+            legacy = sql.SQL("SELECT epoch_id FROM {} WHERE sink_token = %s AND sink = %s AND target = %s").format(
+                sql.Identifier(self.options.schema_, EPOCHS_TABLE)).as_string()
+        return _Marks(
+            check=sql.SQL("SELECT epoch_id FROM {} WHERE sink_token = %s AND sink = %s AND target = %s AND "
+                          "partition_id = %s FOR UPDATE").format(marks).as_string(),
+            check_legacy=legacy,
+            mark=sql.SQL("INSERT INTO {} (sink_token, sink, target, partition_id, epoch_id) "
+                         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (sink_token, sink, target, partition_id) "
+                         "DO UPDATE SET epoch_id = EXCLUDED.epoch_id, updated_at = now()").format(marks).as_string(),
+            args=(epoch.sink_token, self.name, self.options.table), epoch_id=epoch.epoch_id)
 
     # -- connection and errors ----------------------------------------------------------------------
 
+    def _pool_settings(self) -> PoolSettings:
+        from streamling.postgres import PoolSettings
+
+        return PoolSettings.from_sink(self.conn_settings)
+
     def _connections(self) -> PostgresPool:
         if self._pool is None:
-            from streamling.postgres import PoolSettings, PostgresPool
+            from streamling.postgres import PostgresPool
 
             self._pool = PostgresPool(
                 self.conn_settings.conninfo(), target=self.target, describe=f"{NODE_KIND} '{self.name}'",
-                application_name=f"streamling:{self.name}", settings=PoolSettings.from_sink(self.conn_settings))
+                application_name=f"streamling:{self.name}", settings=self._pool_settings())
         return self._pool
 
     def _run(self, what: str, action: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run ``action`` on a pooled connection. Failures are classified, never retried here: the
-        flow retries transient ones with its policy (one connection attempt per flow attempt)."""
+        """Run ``action`` on the driver's pooled connection (table DDL). Failures are classified,
+        never retried here: the flow retries transient ones with its policy (one connection attempt
+        per flow attempt)."""
         import psycopg
 
         try:
             with self._connections().connection() as conn:
                 return action(conn)
         except psycopg.Error as exc:
-            raise self._database_error(exc, what) from exc
+            raise self._classified_error(*classify(exc, self.conn_settings.pass_), what) from exc
 
-    def _database_error(self, exc: BaseException, what: str) -> StreamlingError:
-        from streamling.postgres import first_line, is_authentication_failure, is_transient, sqlstate_prefix
-
-        detail = self._mask(first_line(exc))
-        if is_authentication_failure(exc):
+    def _classified_error(self, kind: str, sqlstate: str | None, detail: str, what: str) -> StreamlingError:
+        """The sink's error for a failure classified by ``classify`` (on the driver or in a writer)."""
+        prefix = f"SQLSTATE {sqlstate}: " if sqlstate else ""
+        if kind == "auth":
             return self._error(
                 f"Postgres at {self.target} refused the login of user '{self.conn_settings.user}' ({what}): "
-                f"{sqlstate_prefix(exc)}{detail}",
+                f"{prefix}{detail}",
                 code="postgres_auth",
                 hint="check postgres_sink.user/pass (STREAMLING__POSTGRES_SINK__PASS, or "
                      "STREAMLING__POSTGRES_SINK_CONNECTIONS__<SINK>__PASS for this sink); this error is not retried")
-        if is_transient(exc):
+        if kind == "transient":
             return self._error(
-                f"cannot write to Postgres at {self.target} ({what}): {sqlstate_prefix(exc)}{detail}",
+                f"cannot write to Postgres at {self.target} ({what}): {prefix}{detail}",
                 retriable=True, code="postgres_unavailable",
                 hint=f"check that Postgres is running and reachable at {self.target} (postgres_sink host/port/db "
                      f"or STREAMLING__POSTGRES_SINK_CONNECTIONS__… for this sink); the epoch is replayed on restart")
+        if kind.startswith("internal"):
+            return self._error(f"{what} failed in its writer: {detail}", user=False, code="internal",
+                               retriable=kind == "internal_transient",
+                               hint="this is a bug in streamling; the epoch is replayed on restart")
         return self._error(
-            f"Postgres at {self.target} rejected {what} on {self.qualified}: {sqlstate_prefix(exc)}{detail}",
+            f"Postgres at {self.target} rejected {what} on {self.qualified}: {prefix}{detail}",
             code="postgres_error", hint="fix the table or the data (this error is not retried)")
 
     def _error(self, message: str, **kwargs: Any) -> StreamlingError:
         return StreamlingError(message, node=self.name, node_kind=NODE_KIND, **kwargs)
-
-    def _mask(self, text: str) -> str:
-        from streamling.postgres import mask
-
-        return mask(text, [self.conn_settings.pass_])

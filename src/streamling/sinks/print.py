@@ -14,6 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any, TextIO
 
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
+from streamling.sinks.common import arrow_chunks
 from streamling.spec.nodes import PrintSinkOptions
 
 if TYPE_CHECKING:
@@ -48,27 +49,30 @@ class PrintSink(Sink[PrintSinkOptions]):
         self._lock = threading.Lock()
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
-        table = df.toArrow()
+        """Print the epoch chunk by chunk (``arrow_chunks``): stdout is the driver's, but the epoch
+        need not fit in its memory. Lines keep the epoch's order and numbering."""
         out = self.out or sys.stdout
-        lines = []
+        k = self.sample_every
+        received = 0
         with self._lock:
-            first = self.count
-            if self.sample_every == 1:
-                rows = table.to_pylist()
-                lines = [format_row(first + i + 1, 1, r) for i, r in enumerate(rows)]
-            else:
-                k = self.sample_every
-                picks = [i for i in range(table.num_rows) if (first + i + 1) % k == 0]
-                if picks:
-                    import pyarrow as pa
+            for chunk in arrow_chunks(df):
+                first = self.count
+                if k == 1:
+                    lines = [format_row(first + i + 1, 1, r) for i, r in enumerate(chunk.to_pylist())]
+                else:
+                    picks = [i for i in range(chunk.num_rows) if (first + i + 1) % k == 0]
+                    lines = []
+                    if picks:
+                        import pyarrow as pa
 
-                    rows = table.take(pa.array(picks)).to_pylist()
-                    lines = [format_row(first + i + 1, k, r) for i, r in zip(picks, rows, strict=True)]
-            self.count += table.num_rows
-        if lines:
-            out.write("\n".join(lines) + "\n")
-            out.flush()
-        return table.num_rows
+                        rows = chunk.take(pa.array(picks)).to_pylist()
+                        lines = [format_row(first + i + 1, k, r) for i, r in zip(picks, rows, strict=True)]
+                self.count += chunk.num_rows
+                received += chunk.num_rows
+                if lines:
+                    out.write("\n".join(lines) + "\n")
+                    out.flush()
+        return received
 
     def wants_stop(self) -> bool:
         return self.stop_after is not None and self.count >= self.stop_after

@@ -1,6 +1,7 @@
 """``webhook`` sink: each epoch's rows are POSTed like a ``handler``'s and the answers ignored.
 
-The requests go out from the driver over the epoch collected as Arrow (``toArrow``): like
+The requests go out from the driver over the epoch read in chunks (``arrow_chunks``, so the driver
+never holds the whole epoch): like
 Streamling's single webhook write stream, there is one ordered sender per sink whose concurrency
 is exactly ``external_http_handler.buffer_size`` (per-partition senders on executors would
 multiply it by the partition count), and a failure surfaces here directly with its status. The
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 from streamling.errors import NodeFailure, node_failure_from_text
 from streamling.http.client import HttpSender, build_call, encode_requests, rounds
 from streamling.runtime.nodes import Epoch, NodeContext, Sink
+from streamling.sinks.common import arrow_chunks
 from streamling.spec.nodes import WebhookSinkOptions
 
 if TYPE_CHECKING:
@@ -31,18 +33,19 @@ class WebhookSink(Sink[WebhookSinkOptions]):
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         """Send the whole epoch; return once every request was answered (or skipped)."""
-        table = df.toArrow()
-        if table.num_rows == 0:
-            return 0
-        sender = HttpSender(self.call)
+        sent = 0
+        sender: HttpSender | None = None
         try:
-            for rows in rounds(table.to_batches(), self.call.concurrency * self.call.rows_per_request):
+            for rows in rounds(arrow_chunks(df), self.call.concurrency * self.call.rows_per_request):
+                sender = sender or HttpSender(self.call)
                 sender.send_all([body for _, body in encode_requests(rows, self.call)])
+                sent += len(rows)
         except NodeFailure as exc:
             # Already final (retries ran out): a StreamlingError that is not retriable, so the flow
             # does not send the whole epoch again.
             raise (node_failure_from_text(str(exc)) or self.ctx.error(str(exc))) from exc
         finally:
-            sender.close()
-            self.skipped += sender.skipped
-        return table.num_rows
+            if sender is not None:
+                sender.close()
+                self.skipped += sender.skipped
+        return sent

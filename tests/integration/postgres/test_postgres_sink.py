@@ -371,19 +371,30 @@ def test_wrong_password_points_at_the_credentials_not_the_data(h: Harness, pg_en
 def test_a_hung_connection_is_dropped_after_twice_the_statement_timeout(
         h: Harness, pg: Any, unique_name: str, caplog: pytest.LogCaptureFixture) -> None:
     """A server that stops answering without closing the socket (its backend SIGSTOPped, loopback
-    only, for a few seconds at most) costs 2 × statement_timeout_secs, then a fresh connection."""
+    only, for a few seconds at most) costs 2 × statement_timeout_secs, then a fresh connection.
+
+    The partition writer runs here, in the test process, exactly as an executor task runs it (with
+    this process's pool of writer connections), so the hung connection is the one the next write
+    takes and the pool's warning is logged where the test sees it."""
     sink = h.sink(unique_name, overrides={"postgres_sink": {"statement_timeout_secs": 1}})
-    h.write(sink, [(1, "a", 1.0, "i")])
-    (pid,) = pg.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                        (f"streamling:{SINK}",)).fetchone()
+    writer = sink.partition_writer(h.spark.createDataFrame([], ROW_DDL).schema,
+                                   Epoch(epoch_id=1, flow="f0", application_id="test", sink_token="tok"))
+
+    def write(batch: list[tuple[Any, ...]]) -> dict[str, Any]:
+        return writer.write(h.spark.createDataFrame(batch, ROW_DDL).toArrow(), 0)
+
+    assert write([(1, "a", 1.0, "i")])["error_kind"] is None
+    (pid,) = pg.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s "  # the writer's, newest
+                        "ORDER BY backend_start DESC LIMIT 1", (f"streamling:{SINK}",)).fetchone()
     os.kill(pid, signal.SIGSTOP)
     try:
         started = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="streamling.postgres"):
-            h.write(sink, [(2, "b", 2.0, "i")])  # the pooled connection hangs: dropped, a fresh one writes
+            result = write([(2, "b", 2.0, "i")])  # the pooled connection hangs: dropped, a fresh one writes
         elapsed = time.monotonic() - started
     finally:
         os.kill(pid, signal.SIGCONT)
+    assert result["error_kind"] is None and result["attempts"] == 1
     assert 2 <= elapsed < 5
     assert any("did not complete within 2 s" in r.getMessage() for r in caplog.records)
     assert rows(pg, unique_name) == [(1, "a", 1.0), (2, "b", 2.0)]

@@ -160,16 +160,25 @@ sinks:
 
 
 def test_sigterm_with_a_stuck_epoch_exits_3_when_the_budget_runs_out(tmp_path, pg_environ, pg_dsn, unique_name):
-    """An epoch that cannot be interrupted (a write waiting for a table lock) ends with the budget."""
+    """An epoch that cannot be interrupted ends with the budget: a ``postgres_aggregate`` sink writes
+    from the driver, where a statement waiting for a table lock ignores the query's stop (the
+    ``postgres`` sink's writers run in Spark tasks, which the stop cancels)."""
     import psycopg
 
     budget = 4
     pipeline = tmp_path / "pipeline.yaml"
     pipeline.write_text(f"""
 sources:
-  orders: {{type: generate, rows: {ROWS}, rows_per_batch: {PER_EPOCH}}}
+  orders: {{type: generate, rows: {ROWS}, rows_per_batch: {PER_EPOCH}, primary_key: id}}
 sinks:
-  db: {{type: postgres, from: orders, schema: {unique_name}, table: orders}}
+  db:
+    type: postgres_aggregate
+    from: orders
+    schema: {unique_name}
+    landing_table: orders
+    agg_table: per_customer
+    group_by: {{customer: {{}}}}
+    aggregate: {{n: {{fn: count}}}}
 """)
     env = {**_cli_env(pg_environ, tmp_path), "STREAMLING__SHUTDOWN_BUDGET_SECS": str(budget)}
     with psycopg.connect(pg_dsn) as locker:
