@@ -6,10 +6,10 @@ run as the CLI in its own process, so each run starts with a fresh driver whose 
 the peak RSS (``VmHWM`` in ``/proc``) of the driver's Python process plus its JVM (Spark's Python
 workers and, on a cluster, the executors are not the driver). Two epoch sizes: 10,000 rows (10
 epochs) and 1,000,000 rows (2 epochs). Two targets: ``local[2]`` and the 2-worker standalone
-cluster of ``fixtures/services/up spark`` (client mode: the driver runs here). Two codes: this
-tree (``executors``: partition writers) and the commit this branch left ``main`` at (``driver``:
-the epoch collected on the driver), extracted with ``git archive``; the cluster's executors get
-the same code through ``spark.executorEnv.PYTHONPATH``.
+cluster of ``fixtures/services/up spark`` (client mode: the driver runs here). Two ways to write,
+both of this tree: ``executors`` (``parallelism: 2``: partition writers in Spark tasks) and
+``driver`` (no ``parallelism``: the epoch collected on the driver and written by it); the cluster's
+executors get the code through ``spark.executorEnv.PYTHONPATH``.
 
 Rows/s counts from the start of the first epoch (its end less its duration, both from the CLI's
 log) to the last epoch's commit, so JVM start-up is not in it.
@@ -21,8 +21,6 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
-import tempfile
 import threading
 import time
 import uuid
@@ -39,20 +37,6 @@ EPOCHS = {"10k": (10_000, 100_000), "1M": (1_000_000, 2_000_000)}  # rows per ep
 PARALLELISM = 2
 _FLUSHED = re.compile(r"epoch (\d+) flushed .* in (\d+) ms")
 _FINALIZED = re.compile(r"epoch (\d+) finalized")
-
-
-def _baseline_src(into: Path) -> Path | None:
-    """``src`` of the commit where this branch left ``main`` (the driver-side sink), or None."""
-    try:
-        base = subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        archive = into / "src.tar"
-        subprocess.run(["git", "archive", "-o", str(archive), base, "src"], cwd=ROOT, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")
-    return into / "src"
 
 
 def _peak_rss_kb(pid: int) -> int:
@@ -76,11 +60,12 @@ def _peak_rss_kb(pid: int) -> int:
     return total
 
 
-def one_run(code: Path, master: str, per_epoch: int, rows: int, conninfo: str) -> dict[str, Any]:
+def one_run(writers: dict[str, Any], master: str, per_epoch: int, rows: int, conninfo: str) -> dict[str, Any]:
     """One CLI run: rows/s, epochs and the driver's peak RSS; the table is checked and dropped."""
     table = f"scale_{uuid.uuid4().hex[:10]}"
+    code = ROOT / "src"
     source = {"rows": rows, "rows_per_batch": per_epoch, "partitions": 2, "profile": "orders"}
-    sink = {"type": "postgres", "schema": SCHEMA, "table": table, "parallelism": PARALLELISM}
+    sink = {"type": "postgres", "schema": SCHEMA, "table": table, **writers}
     with temp_dir("pg-scale") as workdir:
         (workdir / "pipeline.yaml").write_text(generate_yaml(source, SQL, sink))
         (workdir / "config.yaml").write_text(
@@ -132,29 +117,23 @@ def run(opts: Options) -> ScenarioResult:
     notes = [] if "cluster" in targets else [f"cluster skipped: {why_not}"]
     sides: dict[str, Side] = {}
     figures: dict[str, tuple[float, str]] = {}
-    with tempfile.TemporaryDirectory(prefix="streamling-bench-baseline-") as tmp:
-        codes = {"executors": ROOT / "src"}
-        baseline = _baseline_src(Path(tmp))
-        if baseline is not None:
-            codes["driver"] = baseline
-        else:
-            notes.append("no baseline: git merge-base HEAD main failed")
-        for target, master in targets.items():
-            for code_name, code in codes.items():
-                for size, (per_epoch, rows) in EPOCHS.items():
-                    key = f"{target}_{code_name}_{size}"
-                    side = sides[key] = Side(key)
-                    for i in range(opts.runs):
-                        log(f"{NAME}: {key} run {i + 1}/{opts.runs} ({rows:,} rows, {per_epoch:,} per epoch)")
-                        before = os.getloadavg()[0]
-                        out = one_run(code, master, per_epoch, rows, conninfo)
-                        out["load_before"], out["load_after"] = round(before, 2), round(os.getloadavg()[0], 2)
-                        side.runs.append(out)
-                        log(f"  {out['rows_per_s']:,.0f} rows/s, driver peak RSS {out['driver_peak_rss_mb']:.0f} MB, "
-                            f"load {out['load_before']} -> {out['load_after']}")
-                    best = max(side.runs, key=lambda r: r["rows_per_s"])
-                    figures[f"{key} rows/s"] = (best["rows_per_s"], "rows/s")
-                    figures[f"{key} driver peak RSS"] = (max(r["driver_peak_rss_mb"] for r in side.runs), "MB")
+    modes: dict[str, dict[str, Any]] = {"executors": {"parallelism": PARALLELISM}, "driver": {}}
+    for target, master in targets.items():
+        for code_name, writers in modes.items():
+            for size, (per_epoch, rows) in EPOCHS.items():
+                key = f"{target}_{code_name}_{size}"
+                side = sides[key] = Side(key)
+                for i in range(opts.runs):
+                    log(f"{NAME}: {key} run {i + 1}/{opts.runs} ({rows:,} rows, {per_epoch:,} per epoch)")
+                    before = os.getloadavg()[0]
+                    out = one_run(writers, master, per_epoch, rows, conninfo)
+                    out["load_before"], out["load_after"] = round(before, 2), round(os.getloadavg()[0], 2)
+                    side.runs.append(out)
+                    log(f"  {out['rows_per_s']:,.0f} rows/s, driver peak RSS {out['driver_peak_rss_mb']:.0f} MB, "
+                        f"load {out['load_before']} -> {out['load_after']}")
+                best = max(side.runs, key=lambda r: r["rows_per_s"])
+                figures[f"{key} rows/s"] = (best["rows_per_s"], "rows/s")
+                figures[f"{key} driver peak RSS"] = (max(r["driver_peak_rss_mb"] for r in side.runs), "MB")
     params["targets"] = targets
     counts = {size: {r["table_rows"] for k, s in sides.items() if k.endswith(size) for r in s.runs} for size in EPOCHS}
     notes += [f"{size}: the runs left different row counts: {sorted(c)}" for size, c in counts.items() if len(c) > 1]

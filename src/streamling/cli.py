@@ -325,6 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except StreamlingError as exc:
+        _release_closed_stdout()
         log.error("%s", exc.describe(debug=args.debug))
         return 1 if exc.user else 2
     except KeyboardInterrupt:
@@ -340,6 +341,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "" if args.debug else " (run with --debug for the trace, and report it)",
                   exc_info=args.debug)
         return 2
+
+
+def _release_closed_stdout() -> None:
+    """A reader that closed stdout (``streamling … | head``) must not get Python's "Exception ignored
+    … BrokenPipeError" at exit on top of the print sink's one-line error: the unflushed rest goes to
+    /dev/null."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def list_plugins(argv: Sequence[str]) -> int:

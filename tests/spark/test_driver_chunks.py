@@ -52,3 +52,22 @@ def test_print_sink_lines_are_numbered_across_chunks_and_epochs(spark: Any) -> N
     expected = [format_row(n, 3, every[n - 1]) for n in range(3, len(every) + 1, 3)]
     assert out.getvalue().splitlines() == expected
     assert sink.count == 25_007
+
+
+class _ClosedPipe(io.StringIO):
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_stdout_fails_the_print_sink_at_once_without_retries(spark: Any) -> None:
+    """``streamling … | head``: the reader is gone; the error is terminal (no retry can bring it back)."""
+    from streamling.errors import StreamlingError
+
+    doc = {"sources": {"gen": {"type": "generate", "rows": 1}}, "transforms": {},
+           "sinks": {"out": {"type": "print", "from": "gen"}}}
+    spec = parse_pipeline(yaml.safe_dump(doc)).nodes["out"]
+    sink = PrintSink(NodeContext(spec=spec, settings=load_settings(environ={})), out=_ClosedPipe())
+    with pytest.raises(StreamlingError) as info:
+        sink.write(spark.createDataFrame(epoch_rows(0, 3), DDL), Epoch(epoch_id=4, flow="f0", application_id="t"))
+    assert not info.value.retriable
+    assert info.value.headline().startswith("print sink 'out': stdout was closed while printing epoch 4")

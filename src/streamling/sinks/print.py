@@ -70,8 +70,16 @@ class PrintSink(Sink[PrintSinkOptions]):
                 self.count += chunk.num_rows
                 received += chunk.num_rows
                 if lines:
-                    out.write("\n".join(lines) + "\n")
-                    out.flush()
+                    try:
+                        out.write("\n".join(lines) + "\n")
+                        out.flush()
+                    except BrokenPipeError as exc:
+                        # The reader of stdout is gone (``| head``): retrying cannot bring it back.
+                        raise self.ctx.error(f"stdout was closed while printing epoch {epoch.epoch_id} (broken "
+                                             "pipe); the epoch is not committed and is printed again on the next "
+                                             "run", code="print_closed",
+                                             hint="keep the reader of stdout open, or use a sink that stores rows "
+                                                  "(e.g. blackhole to discard them)") from exc
         return received
 
     def wants_stop(self) -> bool:
