@@ -1,10 +1,17 @@
 """``cold_start``: how long a user waits for the first row from a fresh ``streamling`` process.
 
-Launches ``.venv/bin/streamling pipeline.yaml`` (fresh process, fresh ``STREAMLING__STATE_DIR``)
-for a tiny generate → SQL → print pipeline and times the first print-sink line on stdout and the
-process exit. The hand-written side is ``handwritten_print.py`` run by the same interpreter, once
-with the very Spark conf streamling sets (jars, Delta extension) and once with a minimal session,
-so a gap can be split into "session conf" and "streamling's own start-up" (imports, planning).
+The headline is the README's main command itself (``streamling pipeline.yaml`` on the repository's
+``pipeline.yaml`` as shipped: generate → SQL → print + Delta upsert) measured as a multiple of the
+**floor**: ``floor_job.py``, a fresh Python process doing a bare ``SparkSession.builder.getOrCreate()``
+and one tiny job — no Spark program prints a row sooner on the same machine. Both run interleaved
+with the comparison below, so every multiple is taken at the same load.
+
+The comparison with a hand-written job also launches ``.venv/bin/streamling pipeline.yaml`` (fresh
+process, fresh ``STREAMLING__STATE_DIR``), for a tiny generate → SQL → print pipeline, and times the
+first print-sink line on stdout and the process exit. The hand-written side is ``handwritten_print.py``
+run by the same interpreter, once with the very Spark conf streamling sets (jars, Delta extension)
+and once with a minimal session, so a gap can be split into "session conf" and "streamling's own
+start-up" (imports, planning).
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -38,6 +47,8 @@ SQL = "SELECT id, customer, amount * quantity AS total, _gs_op FROM orders WHERE
 DEFAULT_ROWS = 1000
 TIMEOUT_SECS = 300
 HANDWRITTEN = Path(__file__).with_name("handwritten_print.py")
+FLOOR = Path(__file__).with_name("floor_job.py")
+README_PIPELINE = ROOT / "pipeline.yaml"
 #: the CLI's log line written once settings and the pipeline are loaded, before the SparkSession.
 #: (label, file suffix, function) read from the cProfile dumps of ``--profile`` runs.
 STREAMLING_PHASES = (
@@ -45,7 +56,7 @@ STREAMLING_PHASES = (
     ("build_session", "streamling/runtime/session.py", "build_session"),
     ("PipelineRun.start", "streamling/runtime/pipeline.py", "start"),
     ("  analyze (schemas on empty batches)", "streamling/runtime/planner.py", "analyze"),
-    ("    register_generate", "streamling/sources/generate.py", "register_generate"),
+    ("    register_generate", "streamling/sources/generate_rows.py", "register_generate"),
     ("    DataStreamReader.load", "pyspark/sql/streaming/readwriter.py", "load"),
     ("    createDataFrame", "pyspark/sql/session.py", "createDataFrame"),
     ("    SqlTransform.apply", "streamling/transforms/sql.py", "apply"),
@@ -57,12 +68,26 @@ STREAMLING_PHASES = (
 HANDWRITTEN_PHASES = (
     ("main (all)", "handwritten_print.py", "main"),
     ("SparkSession getOrCreate", "pyspark/sql/session.py", "getOrCreate"),
-    ("register_generate", "streamling/sources/generate.py", "register_generate"),
+    ("register_generate", "streamling/sources/generate_rows.py", "register_generate"),
     ("DataStreamReader.load", "pyspark/sql/streaming/readwriter.py", "load"),
     ("DataStreamWriter.start", "pyspark/sql/streaming/readwriter.py", "start"),
     ("awaitTermination", "pyspark/sql/streaming/query.py", "awaitTermination"),
 )
 _READY = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO streamling: starting pipeline")
+
+
+#: #9's goals for the README command, as multiples of the floor (lower is better).
+FIRST_ROW_GOAL, EXIT_GOAL = 1.5, 2.0
+
+
+def multiple(ours: Side, floor: Side, key: str) -> dict[str, float]:
+    """``ours`` as a multiple of the floor, per round (runs of a round are seconds apart, so a
+    neighbour's load hits both): median, min and max over rounds."""
+    per_round = [float(a[key]) / float(b[key]) for a, b in zip(ours.runs, floor.runs, strict=False)
+                 if a.get(key) and b.get(key)]
+    if not per_round:
+        return {"median": float("nan"), "min": float("nan"), "max": float("nan")}
+    return {"median": statistics.median(per_round), "min": min(per_round), "max": max(per_round)}
 
 
 def pipeline_yaml(rows: int) -> str:
@@ -131,14 +156,34 @@ def run(opts: Options) -> ScenarioResult:
                    "--partitions", "1", "--sql", SQL, "--checkpoint", str(workdir / "checkpoint"), *extra]
             return time_process(cmd, workdir, env)
 
-    sides = {n: Side(n) for n in ("streamling", "handwritten", "handwritten_minimal")}
-    log(f"{NAME}: {rows:,} rows, {opts.runs} runs")
-    interleaved(opts.runs, {"streamling": streamling_side,
+    def readme_side() -> dict[str, Any]:
+        with temp_dir("cold-readme") as workdir:
+            shutil.copy(README_PIPELINE, workdir / "pipeline.yaml")  # its Delta path is relative: ./output
+            run_env = env | {"STREAMLING__STATE_DIR": str(workdir / "state")}
+            return time_process([str(VENV_BIN / "streamling"), "pipeline.yaml"], workdir, run_env)
+
+    def floor_side() -> dict[str, Any]:
+        with temp_dir("cold-floor") as workdir:
+            return time_process([sys.executable, str(FLOOR)], workdir, env)
+
+    names = ("readme", "floor", "streamling", "handwritten", "handwritten_minimal")
+    sides = {n: Side(n) for n in names}
+    log(f"{NAME}: README pipeline and floor; generate→SQL→print with {rows:,} rows; {opts.runs} runs")
+    interleaved(opts.runs, {"readme": readme_side, "floor": floor_side, "streamling": streamling_side,
                             "handwritten": lambda: handwritten(same_conf),
                             "handwritten_minimal": lambda: handwritten([])}, sides, log)
-    result = ScenarioResult(NAME, {"rows": rows, "sql": SQL, "python": sys.executable}, sides)
+    result = ScenarioResult(NAME, {"rows": rows, "sql": SQL, "python": sys.executable,
+                                   "readme_pipeline": README_PIPELINE.read_text()}, sides)
     sl, hw, hm = sides["streamling"], sides["handwritten"], sides["handwritten_minimal"]
+    rd, fl = sides["readme"], sides["floor"]
+    first_x, exit_x = multiple(rd, fl, "first_row_s"), multiple(rd, fl, "exit_s")
+    result.params["readme_vs_floor"] = {"first_row": first_x, "exit": exit_x,
+                                        "goal": {"first_row": FIRST_ROW_GOAL, "exit": EXIT_GOAL}}
     result.figures = {
+        "README command first row": (rd.median("first_row_s"), "s"),
+        "README command exit": (rd.median("exit_s"), "s"),
+        "floor (bare session + one job) result": (fl.median("first_row_s"), "s"),
+        "floor exit": (fl.median("exit_s"), "s"),
         "streamling first row": (sl.median("first_row_s"), "s"),
         "hand-written first row": (hw.median("first_row_s"), "s"),
         "hand-written (minimal conf) first row": (hm.median("first_row_s"), "s"),
@@ -147,6 +192,12 @@ def run(opts: Options) -> ScenarioResult:
         "hand-written (minimal conf) exit": (hm.median("exit_s"), "s"),
         "streamling CLI ready (before SparkSession)": (sl.median("cli_ready_s"), "s"),
     }
+    result.notes += [
+        f"README first row = {first_x['median']:.2f}x floor (per round {first_x['min']:.2f}-{first_x['max']:.2f}; "
+        f"goal <= {FIRST_ROW_GOAL})",
+        f"README exit = {exit_x['median']:.2f}x floor (per round {exit_x['min']:.2f}-{exit_x['max']:.2f}; "
+        f"goal <= {EXIT_GOAL})",
+    ]
     # Time ratios are inverted (hand-written / streamling) so that, like throughput, higher is
     # better for streamling and 1.0 means parity.
     result.ratios = {

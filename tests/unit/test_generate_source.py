@@ -33,3 +33,22 @@ def test_available_now_on_a_rate_limited_source_drains_released_rows() -> None:
     end = reader.latestOffset({"row": 0}, None)["row"]
     assert 20 <= end <= 25
     assert reader.latestOffset({"row": end}, None) == {"row": end}
+
+
+def test_a_python_worker_unpickling_the_source_imports_no_pipeline_model() -> None:
+    # Every Spark Python worker that runs the source (schema lookup, streaming planner, reading
+    # tasks) unpickles it; importing the pipeline model and settings there cost ~0.5 s per worker.
+    import json
+    import subprocess
+    import sys
+
+    from pyspark import cloudpickle
+
+    payload = cloudpickle.dumps(_data_source_class())
+    probe = ("import json, pickle, sys; cls = pickle.loads(sys.stdin.buffer.read()); "
+             "reader = cls({'rows': '4', 'partitions': '1'}).streamReader(None); "
+             "batch = next(reader.read(reader.partitions({'row': 0}, {'row': 4})[0])); "
+             "loaded = sorted(m for m in sys.modules if m.startswith(('streamling', 'pydantic'))); "
+             "print(json.dumps([batch.num_rows, loaded]))")
+    out = subprocess.run([sys.executable, "-c", probe], input=payload, capture_output=True, check=True).stdout
+    assert json.loads(out) == [4, ["streamling", "streamling.sources", "streamling.sources.generate_rows"]]
