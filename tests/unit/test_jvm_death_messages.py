@@ -39,3 +39,16 @@ def test_a_jvm_that_died_silently_was_killed_from_outside(monkeypatch: pytest.Mo
 def test_other_failures_are_left_alone() -> None:
     assert jvm_failure(ConnectionRefusedError("connection refused by the sink")) is None
     assert jvm_failure(ValueError("bad value")) is None
+
+
+def test_a_stream_threads_overflow_trace_is_left_out_of_stderr_and_the_rest_kept() -> None:
+    from streamling.runtime.jvm_output import visible
+
+    header = ('Exception in thread "stream execution thread for app:s [id = 2ac4, runId = 2f03]" '
+              "java.lang.StackOverflowError")
+    frames = ["\tat java.base/java.util.regex.Pattern$Branch.match(Pattern.java:4734)"] * 3
+    out, dropping = visible(["25/11/25 WARN Foo: before", header, *frames[:2]], False)
+    assert out == ["25/11/25 WARN Foo: before"] and dropping
+    out, dropping = visible([frames[2], "25/11/25 ERROR Bar: after", "\tat x.y(Z.java:1)"], dropping)
+    assert out == ["25/11/25 ERROR Bar: after", "\tat x.y(Z.java:1)"] and not dropping
+    assert visible(["Setting default log level to \"WARN\"."], False) == ([], False)

@@ -6,6 +6,11 @@ red box that looks like an error in a notebook cell. While the JVM launches, fd 
 a daemon thread forwards what comes through it to the real stderr, minus that chatter, and keeps
 the last lines so a JVM that dies (e.g. ``OutOfMemoryError``) can be explained in one line. A side
 effect wanted after a SIGKILL of the driver: the orphaned JVM's shutdown traces go nowhere.
+
+One JVM trace is dropped too: Spark's stream execution thread sometimes dies of a
+``StackOverflowError`` in ``java.util.regex`` while it unwinds a query that a node's failure already
+stopped; the JVM prints ~1,000 ``at Pattern…`` lines for it after streamling's one-line error, which
+names the real cause. Its first line is kept in ``recent_lines`` for diagnosis.
 """
 
 from __future__ import annotations
@@ -22,6 +27,22 @@ T = TypeVar("T")
 CHATTER = re.compile(r"^(WARNING: Using incubator modules: |Setting default log level to |To adjust logging level "
                      r"use sc\.setLogLevel)")
 _recent: collections.deque[str] = collections.deque(maxlen=200)
+#: the header of an uncaught ``StackOverflowError`` in one of Spark's stream execution threads
+STREAM_THREAD_OVERFLOW = re.compile(r'^Exception in thread "stream execution thread for .*" '
+                                    r'java\.lang\.StackOverflowError\s*$')
+
+
+def visible(lines: list[str], dropping: bool) -> tuple[list[str], bool]:
+    """The lines to show (chatter and a stream thread's overflow trace left out) and whether the next
+    chunk still continues that trace."""
+    out = []
+    for line in lines:
+        if dropping and (line.startswith(("\t", " ")) or not line.strip()):
+            continue
+        dropping = bool(STREAM_THREAD_OVERFLOW.match(line))
+        if not dropping and not CHATTER.match(line):
+            out.append(line)
+    return out, dropping
 
 
 def launch_with_filtered_stderr(launch: Callable[[], T]) -> T:
@@ -50,15 +71,19 @@ def recent_lines() -> list[str]:
 def _forward(read_end: int, real: int) -> None:
     with os.fdopen(read_end, "rb", buffering=0) as pipe:
         pending = b""
+        dropping = False
         while chunk := pipe.read(65536):
             pending += chunk
-            *lines, pending = pending.split(b"\n")
-            out = [line for line in lines if not CHATTER.match(line.decode(errors="replace"))]
-            _recent.extend(line.decode(errors="replace") for line in out)
+            *raw, pending = pending.split(b"\n")
+            lines = [line.decode(errors="replace") for line in raw]
+            out, dropping = visible(lines, dropping)
+            _recent.extend(line for line in lines if STREAM_THREAD_OVERFLOW.match(line))
+            _recent.extend(out)
             if out:
-                _write(real, b"".join(line + b"\n" for line in out))
-        if pending and not CHATTER.match(pending.decode(errors="replace")):
-            _write(real, pending)
+                _write(real, "".join(line + "\n" for line in out).encode())
+        tail, _ = visible([pending.decode(errors="replace")], dropping) if pending else ([], False)
+        if tail:
+            _write(real, tail[0].encode())
 
 
 def _write(fd: int, data: bytes) -> None:
