@@ -211,8 +211,9 @@ class PartitionWriter:
         result = self.write(pa.Table.from_batches(chunks) if chunks else None, part)
         yield pa.RecordBatch.from_pylist([result], schema=_result_schema())
 
-    def write(self, table: pa.Table | None, part: int) -> dict[str, Any]:
-        """Write one partition's rows; the result row (an empty partition connects to nothing)."""
+    def write(self, table: pa.Table | None, part: int, pool: PostgresPool | None = None) -> dict[str, Any]:
+        """Write one partition's rows; the result row (an empty partition connects to nothing).
+        ``pool``: the driver's own when it is the writer; executors take their process's pool."""
         from streamling.postgres import connect_attempts, shared_pool
 
         result: dict[str, Any] = {"partition": part, "received": 0, "upserts": 0, "deletes": 0,
@@ -225,8 +226,8 @@ class PartitionWriter:
         try:
             payload, stats = self._shape(table)
             result.update(upserts=stats["upserts"], deletes=stats["deletes"], skipped_deletes=stats["skipped"])
-            pool = shared_pool(self.conninfo, target=self.target, describe=f"{NODE_KIND} '{self.node}'",
-                               application_name=f"streamling:{self.node}", settings=self.pool_settings)
+            pool = pool or shared_pool(self.conninfo, target=self.target, describe=f"{NODE_KIND} '{self.node}'",
+                                       application_name=f"streamling:{self.node}", settings=self.pool_settings)
             with pool.connection() as conn:
                 result["replayed"] = not self._write(conn, payload, stats, part)
         except Exception as exc:  # noqa: BLE001 - reported to the driver, which raises it once
@@ -464,7 +465,7 @@ class PostgresSink(Sink[PostgresSinkOptions]):
             # before executor writers existed). A Spark stage of writer tasks costs a small epoch
             # ~0.2 s more (latency bench: Postgres p50 557 -> 894 ms), which a low-latency CDC
             # stream should not pay; set ``parallelism`` to write from the executors instead.
-            results = [writer.write(self._encode(df, columns).toArrow(), 0)]
+            results = [writer.write(self._encode(df, columns).toArrow(), 0, self._connections())]
         else:
             from streamling.postgres import count_connect_attempts
 
@@ -500,17 +501,21 @@ class PostgresSink(Sink[PostgresSinkOptions]):
             target=self.target, pool_settings=self._pool_settings(), secret=self.conn_settings.pass_,
             marks=self._marks(epoch) if not self.key else None)
 
+    def spread(self, df: DataFrame) -> DataFrame:
+        """Unchanged: ``write`` partitions the epoch itself (``_partitioned``), numbering the rows
+        before the shuffle; a spread by the flow first would shuffle twice and number them after."""
+        return df
+
     def _partitioned(self, df: DataFrame) -> DataFrame:
-        """One writer per partition. Keyed rows are hashed by key (``spread``) so one key's ops stay
-        in one writer, each row numbered first so the writer restores the epoch's order. Keyless rows
-        are hashed by all their columns: a replayed epoch puts every row where it went the first
-        time, however the upstream partitions came out, so the per-partition marks stay true."""
+        """One writer per partition. Keyed rows are hashed by key (the nodes' ``spread``) so one key's
+        ops stay in one writer, each row numbered first so the writer restores the epoch's order.
+        Keyless rows are hashed by all their columns: a replayed epoch puts every row where it went
+        the first time, however the upstream partitions came out, so the per-partition marks stay true."""
         from pyspark.sql import functions as F
 
         count = self.options.parallelism or 1
         if self.key:
-            df = df.withColumn(SEQ_COL, F.monotonically_increasing_id())
-            return self.spread(df) if self.options.parallelism else df.repartition(1)
+            return super().spread(df.withColumn(SEQ_COL, F.monotonically_increasing_id()))
         if count == 1:
             return df.repartition(1)
         return df.repartition(count, *[F.col("`" + c.replace("`", "``") + "`") for c in df.columns])
