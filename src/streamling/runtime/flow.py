@@ -77,11 +77,15 @@ def evaluate(plan: Plan, flow: Flow, spark: SparkSession, raw: dict[str, DataFra
         node = plan.nodes[spec.name]
         assert isinstance(node, Transform)
         frame = node.apply(spark, {u: node.spread(frames[u]) for u in spec.upstream}, epoch)
-        like = (spec.upstream[0], frames[spec.upstream[0]]) if len(spec.upstream) == 1 else None
-        frames[spec.name] = _watched(watch, node, expectations.guard(node, frame, watch), like)
+        frames[spec.name] = _watched(watch, node, expectations.guard(node, frame, watch), _only_input(spec, frames))
         if spec.name == upto:
             break
     return frames
+
+
+def _only_input(spec: Any, frames: dict[str, DataFrame]) -> tuple[str, DataFrame] | None:
+    """A node's single input and its frame (whose count it may share), None when it reads several."""
+    return (spec.upstream[0], frames[spec.upstream[0]]) if len(spec.upstream) == 1 else None
 
 
 def _watched(watch: EpochObservations | None, node: Source | Transform, frame: DataFrame,
@@ -490,8 +494,7 @@ class FlowRunner:
                     df = df.unionByName(other, allowMissingColumns=True)
                 df = expectations.guard(sink, df, watch[0] if watch else None)
                 if not sink.counts_rows and watch:
-                    like = (spec.upstream[0], frames[spec.upstream[0]]) if len(spec.upstream) == 1 else None
-                    df = watch[0].count(sink.name + RECEIVED, df, like)
+                    df = watch[0].count(sink.name + RECEIVED, df, _only_input(spec, frames))
                 t0 = time.perf_counter()
                 rows[sink.name] = self._write(sink, sink.spread(df), epoch, on_retry)
                 durations[sink.name] = (time.perf_counter() - t0) * 1000
