@@ -102,11 +102,10 @@ def measure_spark(total_rows: int, partitions: int) -> dict[str, Any]:
     from streamling.config import load_settings
     from streamling.runtime.pipeline import PipelineRun
     from streamling.runtime.session import build_session
-    from streamling.sources.generate import FORMAT, register_generate
+    from streamling.sources.generate import generate_stream
     from streamling.spec import parse_pipeline
 
     spark = build_session(load_settings(environ={}, cwd=ROOT), app_name="bench-script")
-    register_generate(spark)
     per_batch = min(total_rows, 1_000_000)
     source = {"rows": total_rows, "rows_per_batch": per_batch, "partitions": partitions, "profile": "orders"}
     yaml_text = textwrap.dedent(f"""
@@ -141,12 +140,9 @@ def measure_spark(total_rows: int, partitions: int) -> dict[str, Any]:
             wide = batch.sparkSession.sql(SQL)
             wide.mapInArrow(handwritten_transform, wide.schema).write.format("noop").mode("overwrite").save()
 
-        reader = spark.readStream.format(FORMAT)
-        for key, value in source.items():
-            reader = reader.option(key, str(value))
         started = time.perf_counter()
-        query = (reader.load().writeStream.foreachBatch(process).option("checkpointLocation", str(workdir / "cp"))
-                 .trigger(availableNow=True).start())
+        query = (generate_stream(spark, source).writeStream.foreachBatch(process)
+                 .option("checkpointLocation", str(workdir / "cp")).trigger(availableNow=True).start())
         query.awaitTermination()
         return time.perf_counter() - started
 

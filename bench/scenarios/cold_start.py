@@ -56,7 +56,7 @@ STREAMLING_PHASES = (
     ("build_session", "streamling/runtime/session.py", "build_session"),
     ("PipelineRun.start", "streamling/runtime/pipeline.py", "start"),
     ("  analyze (schemas on empty batches)", "streamling/runtime/planner.py", "analyze"),
-    ("    register_generate", "streamling/sources/generate_rows.py", "register_generate"),
+    ("    generate_stream", "streamling/sources/generate.py", "generate_stream"),
     ("    DataStreamReader.load", "pyspark/sql/streaming/readwriter.py", "load"),
     ("    createDataFrame", "pyspark/sql/session.py", "createDataFrame"),
     ("    SqlTransform.apply", "streamling/transforms/sql.py", "apply"),
@@ -68,7 +68,7 @@ STREAMLING_PHASES = (
 HANDWRITTEN_PHASES = (
     ("main (all)", "handwritten_print.py", "main"),
     ("SparkSession getOrCreate", "pyspark/sql/session.py", "getOrCreate"),
-    ("register_generate", "streamling/sources/generate_rows.py", "register_generate"),
+    ("generate_stream", "streamling/sources/generate.py", "generate_stream"),
     ("DataStreamReader.load", "pyspark/sql/streaming/readwriter.py", "load"),
     ("DataStreamWriter.start", "pyspark/sql/streaming/readwriter.py", "start"),
     ("awaitTermination", "pyspark/sql/streaming/query.py", "awaitTermination"),
@@ -135,7 +135,15 @@ def _session_args() -> list[str]:
     from streamling.runtime.session import ensure_jars
 
     log4j = Path(str(resources.files("streamling.runtime").joinpath("log4j2.properties")))
-    return ["--same-conf", "--jars", ",".join(str(j) for j in ensure_jars()), "--log4j", str(log4j)]
+    return ["--same-conf", "--jars", ",".join(str(j) for j in ensure_jars()), "--log4j", str(log4j), *_source_args()]
+
+
+def _source_args() -> list[str]:
+    """The generate source's JVM reader, which both hand-written modes load: the same source as streamling."""
+    from streamling.runtime.session import native_jar
+
+    jar = native_jar()
+    return ["--source-jar", str(jar)] if jar is not None else []
 
 
 def run(opts: Options) -> ScenarioResult:
@@ -171,7 +179,7 @@ def run(opts: Options) -> ScenarioResult:
     log(f"{NAME}: README pipeline and floor; generate→SQL→print with {rows:,} rows; {opts.runs} runs")
     interleaved(opts.runs, {"readme": readme_side, "floor": floor_side, "streamling": streamling_side,
                             "handwritten": lambda: handwritten(same_conf),
-                            "handwritten_minimal": lambda: handwritten([])}, sides, log)
+                            "handwritten_minimal": lambda: handwritten(_source_args())}, sides, log)
     result = ScenarioResult(NAME, {"rows": rows, "sql": SQL, "python": sys.executable,
                                    "readme_pipeline": README_PIPELINE.read_text()}, sides)
     sl, hw, hm = sides["streamling"], sides["handwritten"], sides["handwritten_minimal"]

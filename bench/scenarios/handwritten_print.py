@@ -1,7 +1,8 @@
 """The hand-written counterpart of the ``cold_start`` pipeline, run as its own process.
 
 A PySpark user's script for "generate → SQL → print": build a SparkSession, read the same
-``generate`` source (registered from streamling, as the only piece borrowed), run the SQL inside
+``generate`` source (``generate_stream`` from streamling, with the jar of its JVM reader, as the only
+piece borrowed: both sides read the very same source), run the SQL inside
 ``foreachBatch`` and print every row as JSON on stdout. ``--same-conf`` gives the session exactly
 the conf streamling's ``build_session`` sets (connector jars, Delta extension, log4j file);
 without it the session is a minimal one, which isolates what that conf costs at start-up.
@@ -28,6 +29,7 @@ def main() -> int:
     p.add_argument("--master", default="local[*]")
     p.add_argument("--shuffle-partitions", default="2")
     p.add_argument("--jars", default="", help="comma-separated local jar paths (same-conf mode)")
+    p.add_argument("--source-jar", default="", help="the generate source's JVM reader (both modes)")
     p.add_argument("--log4j", default="", help="log4j2 properties file (same-conf mode)")
     p.add_argument("--same-conf", action="store_true")
     args = p.parse_args()
@@ -43,8 +45,11 @@ def main() -> int:
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1"))
+    jars = ",".join(j for j in (args.jars if args.same_conf else "", args.source_jar) if j)
+    if jars:
+        builder = builder.config("spark.jars", jars)
     if args.same_conf:
-        builder = (builder.config("spark.jars", args.jars)
+        builder = (builder
                    .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                    .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
                    .config("spark.databricks.delta.snapshotPartitions", args.shuffle_partitions)
@@ -53,12 +58,10 @@ def main() -> int:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
 
-    from streamling.sources.generate import FORMAT, register_generate
+    from streamling.sources.generate import generate_stream
 
-    register_generate(spark)
-    stream = (spark.readStream.format(FORMAT).option("rows", str(args.rows))
-              .option("rows_per_batch", str(args.rows_per_batch)).option("partitions", str(args.partitions))
-              .option("profile", "orders").load())
+    stream = generate_stream(spark, {"rows": args.rows, "rows_per_batch": args.rows_per_batch,
+                                     "partitions": args.partitions, "profile": "orders"})
 
     def default(value: Any) -> str:
         return value.isoformat() if hasattr(value, "isoformat") else str(value)

@@ -169,9 +169,8 @@ def run_handwritten(spark: SparkSession, source_options: dict[str, Any], process
                     source_rows: int) -> dict[str, Any]:
     """The job a PySpark user would write by hand: readStream of the same source, availableNow,
     ``foreachBatch(process)``, checkpoint in a fresh directory."""
-    from streamling.sources.generate import FORMAT, register_generate
+    from streamling.sources.generate import generate_stream
 
-    register_generate(spark)
     flushed: list[dict[str, Any]] = []
 
     def batch_fn(batch: DataFrame, batch_id: int) -> None:
@@ -184,10 +183,7 @@ def run_handwritten(spark: SparkSession, source_options: dict[str, Any], process
     spark.streams.addListener(commits.listener)
     try:
         t0 = time.perf_counter()
-        reader = spark.readStream.format(FORMAT)
-        for key, value in source_options.items():
-            reader = reader.option(key, str(value))
-        query = (reader.load().writeStream.foreachBatch(batch_fn)
+        query = (generate_stream(spark, source_options).writeStream.foreachBatch(batch_fn)
                  .option("checkpointLocation", str(workdir / "checkpoint"))
                  .trigger(availableNow=True).start())
         query.awaitTermination()

@@ -89,9 +89,8 @@ def _streamling(spark: Any, sink: dict[str, Any], seconds: float) -> dict[str, A
 def _handwritten(spark: Any, seconds: float) -> dict[str, Any]:
     from pyspark.sql.streaming import StreamingQueryListener
 
-    from streamling.sources.generate import FORMAT, register_generate
+    from streamling.sources.generate import generate_stream
 
-    register_generate(spark)
     progress: list[dict[str, Any]] = []
 
     class Listener(StreamingQueryListener):
@@ -118,10 +117,7 @@ def _handwritten(spark: Any, seconds: float) -> dict[str, Any]:
     spark.streams.addListener(listener)
     try:
         with temp_dir("latency-hw") as workdir:
-            reader = spark.readStream.format(FORMAT)
-            for key, value in SOURCE.items():
-                reader = reader.option(key, str(value))
-            query = (reader.load().writeStream.foreachBatch(batch)
+            query = (generate_stream(spark, SOURCE).writeStream.foreachBatch(batch)
                      .option("checkpointLocation", str(workdir / "checkpoint")).start())
             time.sleep(seconds)
             query.stop()

@@ -68,6 +68,52 @@ def ensure_jars() -> list[Path]:
     return sorted(target.glob("*.jar"))
 
 
+#: The JVM classes streamling ships as source (compiled once against this pyspark's jars).
+NATIVE_SOURCES = ("GenerateSource.java",)
+
+
+def native_jar() -> Path | None:
+    """streamling's own JVM classes (the ``generate`` source's row reader), compiled on first use.
+
+    They are shipped as Java source and built with the JDK's ``javac`` against the jars of the
+    installed pyspark, into ``$STREAMLING_CACHE_DIR/native/<hash>/``: no build step at install
+    time and never a jar built for another Spark. ``None`` when no ``javac`` is at hand (a JRE
+    only): callers then use their Python implementation, which gives the same rows, slower."""
+    import pyspark
+
+    pkg = resources.files("streamling.runtime").joinpath("java")
+    sources = [Path(str(pkg.joinpath(name))) for name in NATIVE_SOURCES]
+    spark_jars = Path(pyspark.__file__).parent / "jars"
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + pyspark.__version__.encode()).hexdigest()[:12]
+    jar = cache_dir() / "native" / digest / "streamling-native.jar"
+    with _LOCK:
+        if jar.exists():
+            return jar
+        java_home = os.environ.get("JAVA_HOME")
+        javac = shutil.which("javac", path=str(Path(java_home) / "bin") if java_home else None) or shutil.which("javac")
+        jar_tool = Path(javac).with_name("jar") if javac else None
+        if javac is None or jar_tool is None or not jar_tool.exists():
+            log.info("no JDK (javac, jar) found: the generate source reads its rows in Python workers")
+            return None
+        tmp = jar.parent / f".build-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "classes").mkdir(parents=True)
+        try:
+            for cmd in ([javac, "-nowarn", "--release", "17", "-cp", f"{spark_jars}/*", "-d", str(tmp / "classes"),
+                         *map(str, sources)],
+                        [str(jar_tool), "cf", str(tmp / jar.name), "-C", str(tmp / "classes"), "."]):
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise StreamlingError(
+                        f"cannot build streamling's JVM classes with {cmd[0]}:\n{(proc.stdout + proc.stderr).strip()}",
+                        code="native_build_failed", user=False,
+                        hint=f"check the JDK ({javac}) matches the Java that runs Spark; delete {jar.parent} to retry")
+            (tmp / jar.name).replace(jar)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return jar
+
+
 def _loopback_master(master: str) -> bool:
     """``spark://`` master(s) all on a loopback address (``spark://h1:p1,h2:p2`` lists HA masters)."""
     if not master.startswith("spark://"):
@@ -98,6 +144,9 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
         _apply_runtime_settings(active, settings)
         return active
     jars = ensure_jars()
+    native = native_jar()
+    if native is not None:
+        jars = [*jars, native]
     log4j = Path(str(resources.files("streamling.runtime").joinpath("log4j2.properties")))
     # Python workers, here and on a cluster's executors, must run this interpreter (the venv with
     # streamling), not whatever ``python3`` is first on PATH. PySpark's Python side reads the

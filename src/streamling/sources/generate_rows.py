@@ -15,12 +15,16 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import Column, SparkSession
 
 FORMAT = "streamling_generate"
 COUNTRIES = ["US", "DE", "FR", "GB", "JP", "BR", "IN", "CA", "AU", "ES"]
 CUSTOMERS = [f"customer-{i:04d}" for i in range(1000)]
 BASE_TS_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
+#: Row ``idx`` mixes as ``(idx * MIX + seed * 40503) % MIX_MOD``.
+MIX, MIX_MOD = 2654435761, 1_000_003
+#: Below this row index ``idx * MIX + seed * 40503`` stays in int64 (``seed`` is bounded by the options).
+_NO_WRAP_BELOW = (2**62) // MIX
 SCHEMAS = {
     "orders": "id BIGINT, customer STRING, country STRING, amount DOUBLE, quantity INT, "
               "created_at TIMESTAMP, _gs_op STRING",
@@ -33,7 +37,7 @@ def generate_batch(profile: str, start: int, end: int, seed: int, start_id: int)
     import numpy as np
 
     idx = np.arange(start, end, dtype=np.int64)
-    mixed = (idx * 2654435761 + seed * 40503) % 1_000_003
+    mixed = (idx * MIX + seed * 40503) % MIX_MOD
     customers = pa.array(CUSTOMERS).take(pa.array(mixed % len(CUSTOMERS)))
     amount = pa.array(((mixed % 100_000) / 100.0).astype(np.float64))
     if profile == "cdc":
@@ -52,6 +56,44 @@ def generate_batch(profile: str, start: int, end: int, seed: int, start_id: int)
     return pa.RecordBatch.from_arrays(
         [pa.array(ids), customers, countries, amount, quantity, created, ops],
         names=["id", "customer", "country", "amount", "quantity", "created_at", "_gs_op"])
+
+
+def generate_columns(idx_name: str, profile: str, seed: int, start_id: int) -> list[Column]:
+    """``generate_batch``'s columns as Spark expressions of the row index ``idx`` (same values,
+    same types, bit for bit): the JVM reads a batch with no Python worker.
+
+    numpy computes ``idx * MIX + seed * 40503`` in wrapping int64 and ``%`` as a floor modulo;
+    past ``_NO_WRAP_BELOW`` the wrap is reproduced in exact decimal arithmetic, and ``pmod`` is
+    the floor modulo. ``idx`` is nullable and so is every column, as the Python source declares them."""
+    from decimal import Decimal
+
+    from pyspark.sql import functions as F
+
+    idx = F.col(idx_name)
+    salt = seed * 40503
+
+    def wrap64(x: Column) -> Column:
+        return F.pmod(x + F.lit(Decimal(2**63)), F.lit(Decimal(2**64))) - F.lit(Decimal(2**63))
+
+    exact = wrap64(wrap64(idx.cast("decimal(38,0)") * F.lit(MIX)) + F.lit(salt))
+    mixed = F.when(idx < F.lit(_NO_WRAP_BELOW), F.pmod(idx * F.lit(MIX) + F.lit(salt), F.lit(MIX_MOD))) \
+        .otherwise(F.pmod(exact, F.lit(MIX_MOD)).cast("bigint"))
+    customer = F.concat(F.lit("customer-"), F.lpad((mixed % len(CUSTOMERS)).cast("string"), 4, "0"))
+    amount = (mixed % 100_000).cast("double") / F.lit(100.0)
+    if profile == "cdc":
+        key = F.expr(f"`{idx_name}` div 3") + F.lit(start_id)
+        step = F.pmod(idx, F.lit(3))
+        op = (F.when(idx.isNull(), F.lit(None)).when(step == 0, F.lit("i"))
+              .when((step == 2) & (F.pmod(key, F.lit(5)) == 0), F.lit("d")).otherwise(F.lit("u")))
+        return [key.alias("id"), (step + 1).cast("int").alias("version"), customer.alias("customer"),
+                amount.alias("amount"), op.alias("_gs_op")]
+    ids = idx + F.lit(start_id)
+    countries = F.array(*[F.lit(c) for c in COUNTRIES])
+    country = F.when(idx.isNotNull(), F.element_at(countries, (mixed % len(COUNTRIES) + 1).cast("int")))
+    return [ids.alias("id"), customer.alias("customer"), country.alias("country"), amount.alias("amount"),
+            (mixed % 9 + 1).cast("int").alias("quantity"),
+            F.timestamp_micros(F.lit(BASE_TS_US) + ids * F.lit(1_000_000)).alias("created_at"),
+            F.when(idx.isNotNull(), F.lit("i")).alias("_gs_op")]
 
 
 def _data_source_class() -> type:
