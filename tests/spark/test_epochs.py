@@ -305,3 +305,27 @@ def test_a_single_sink_reading_once_takes_the_input_count_from_sparks_scan(runne
         assert e.rows == {"some": big}
     assert [e.input_rows for e in runner.of_type(ev.EpochFinalized)] == [1000, 1000]
     assert "scan metric is not available" not in caplog.text
+
+
+def test_print_and_delta_sinks_report_exact_node_and_input_rows(runner, tmp_path, capsys):
+    """The README's shape: a print sink (read on the driver) and a Delta sink fed by one filter. The
+    print sink's read once reported every node's count as 0 (its local iterator's execution reports
+    observations before its jobs run), and so did the CLI's "finalized (N input rows)"."""
+    runner.run(f"""
+        sources:
+          orders: {{type: generate, rows: 2000, rows_per_batch: 1000, primary_key: id}}
+        transforms:
+          big: {{type: sql, sql: "SELECT id, amount FROM orders WHERE amount > 900"}}
+        sinks:
+          console: {{type: print, from: big}}
+          lake: {{type: delta, from: big, path: "{tmp_path / 'lake'}"}}
+    """)
+    flushed = runner.of_type(ev.EpochFlushed)
+    assert [e.epoch for e in flushed] == [0, 1]
+    for e in flushed:
+        amounts = generate_batch("orders", 1000 * e.epoch, 1000 * (e.epoch + 1), 0, 0).column("amount").to_pylist()
+        big = sum(1 for a in amounts if a > 900)
+        assert e.node_rows == {"orders": 1000, "big": big}
+        assert e.rows == {"console": big, "lake": big}
+    assert [e.input_rows for e in runner.of_type(ev.EpochFinalized)] == [1000, 1000]
+    assert len(capsys.readouterr().out.splitlines()) == sum(e.rows["console"] for e in flushed)
