@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from streamling.sources.generate import generate_stream
-from streamling.sources.generate_rows import generate_columns
+from streamling.sources.generate_rows import generate_exprs
 
 pytestmark = pytest.mark.spark
 
@@ -54,10 +54,11 @@ def test_row_values_past_the_int64_wrap_match_numpy(spark: Any) -> None:
     # Row indexes from ~1.7e9 on overflow idx * MIX in int64: numpy wraps, the JVM reproduces it exactly.
     from streamling.sources.generate_rows import generate_batch
 
-    for start in (1_737_000_000, 2**42):
+    for start in (1_737_000_000, 2**42, 2**62 - 300):
         expected = pa.Table.from_batches([generate_batch("orders", start, start + 200, -7, 3)])
         got = (spark.range(start, start + 200).withColumnRenamed("id", "idx")
-               .select(*generate_columns("idx", "orders", -7, 3)).toArrow())
+               .selectExpr(*generate_exprs("idx", "orders", -7, 3)).toArrow())
         assert got.column("customer").to_pylist() == expected.column("customer").to_pylist()
         assert got.column("amount").to_pylist() == expected.column("amount").to_pylist()
         assert got.column("quantity").to_pylist() == expected.column("quantity").to_pylist()
+        assert got.column("created_at").cast(pa.int64()).equals(expected.column("created_at").cast(pa.int64()))

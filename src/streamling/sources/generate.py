@@ -20,7 +20,7 @@ from streamling.sources.generate_rows import (
     SCHEMAS,
     _data_source_class,
     generate_batch,
-    generate_columns,
+    generate_exprs,
     register_generate,
 )
 from streamling.spec.nodes import GenerateSourceOptions
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 __all__ = ["BASE_TS_US", "COUNTRIES", "CUSTOMERS", "FORMAT", "SCHEMAS", "GenerateSource", "_data_source_class",
-           "NATIVE_FORMAT", "generate_batch", "generate_columns", "generate_stream", "register_generate"]
+           "NATIVE_FORMAT", "generate_batch", "generate_exprs", "generate_stream", "register_generate"]
 
 
 #: The JVM reader of the row indexes (``runtime/java/GenerateSource.java``), passed to ``format()``.
@@ -50,7 +50,8 @@ def generate_stream(spark: SparkSession, options: Mapping[str, object], native: 
     profile = opts.get("profile", "orders")
     if _has_native(spark) if native is None else native:
         rows = spark.readStream.format(NATIVE_FORMAT).options(**opts).load()
-        out = rows.select(*generate_columns("idx", profile, int(opts.get("seed", "0")), int(opts.get("start_id", "0"))))
+        seed, start_id = int(opts.get("seed", "0")), int(opts.get("start_id", "0"))
+        out = rows.selectExpr(*generate_exprs("idx", profile, seed, start_id))
         return out.to(_schema(profile))  # every column nullable, as the Python source declares them
     register_generate(spark)
     return spark.readStream.format(FORMAT).options(**opts).load()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import SparkSession
 
 FORMAT = "streamling_generate"
 COUNTRIES = ["US", "DE", "FR", "GB", "JP", "BR", "IN", "CA", "AU", "ES"]
@@ -58,42 +58,41 @@ def generate_batch(profile: str, start: int, end: int, seed: int, start_id: int)
         names=["id", "customer", "country", "amount", "quantity", "created_at", "_gs_op"])
 
 
-def generate_columns(idx_name: str, profile: str, seed: int, start_id: int) -> list[Column]:
-    """``generate_batch``'s columns as Spark expressions of the row index ``idx`` (same values,
-    same types, bit for bit): the JVM reads a batch with no Python worker.
+def generate_exprs(idx: str, profile: str, seed: int, start_id: int) -> list[str]:
+    """``generate_batch``'s columns as Spark SQL expressions of the row index column ``idx`` (same
+    values, same types, bit for bit): the JVM reads a batch with no Python worker. SQL text, so
+    building them costs one JVM call (``selectExpr``), not one per function.
 
     numpy computes ``idx * MIX + seed * 40503`` in wrapping int64 and ``%`` as a floor modulo;
     past ``_NO_WRAP_BELOW`` the wrap is reproduced in exact decimal arithmetic, and ``pmod`` is
     the floor modulo. ``idx`` is nullable and so is every column, as the Python source declares them."""
-    from decimal import Decimal
-
-    from pyspark.sql import functions as F
-
-    idx = F.col(idx_name)
     salt = seed * 40503
+    col = f"`{idx}`"
 
-    def wrap64(x: Column) -> Column:
-        return F.pmod(x + F.lit(Decimal(2**63)), F.lit(Decimal(2**64))) - F.lit(Decimal(2**63))
+    def wrap64(x: str) -> str:
+        return f"(pmod({x} + {2**63}BD, {2**64}BD) - {2**63}BD)"
 
-    exact = wrap64(wrap64(idx.cast("decimal(38,0)") * F.lit(MIX)) + F.lit(salt))
-    mixed = F.when(idx < F.lit(_NO_WRAP_BELOW), F.pmod(idx * F.lit(MIX) + F.lit(salt), F.lit(MIX_MOD))) \
-        .otherwise(F.pmod(exact, F.lit(MIX_MOD)).cast("bigint"))
-    customer = F.concat(F.lit("customer-"), F.lpad((mixed % len(CUSTOMERS)).cast("string"), 4, "0"))
-    amount = (mixed % 100_000).cast("double") / F.lit(100.0)
+    exact = wrap64(f"{wrap64(f'CAST({col} AS DECIMAL(38,0)) * {MIX}BD')} + ({salt}BD)")
+    mixed = (f"(CASE WHEN {col} < {_NO_WRAP_BELOW}L THEN pmod({col} * {MIX}L + ({salt}L), {MIX_MOD}L) "
+             f"ELSE CAST(pmod({exact}, {MIX_MOD}BD) AS BIGINT) END)")
+    customer = f"concat('customer-', lpad(CAST({mixed} % {len(CUSTOMERS)} AS STRING), 4, '0')) AS customer"
+    amount = f"CAST({mixed} % 100000 AS DOUBLE) / 100.0D AS amount"
     if profile == "cdc":
-        key = F.expr(f"`{idx_name}` div 3") + F.lit(start_id)
-        step = F.pmod(idx, F.lit(3))
-        op = (F.when(idx.isNull(), F.lit(None)).when(step == 0, F.lit("i"))
-              .when((step == 2) & (F.pmod(key, F.lit(5)) == 0), F.lit("d")).otherwise(F.lit("u")))
-        return [key.alias("id"), (step + 1).cast("int").alias("version"), customer.alias("customer"),
-                amount.alias("amount"), op.alias("_gs_op")]
-    ids = idx + F.lit(start_id)
-    countries = F.array(*[F.lit(c) for c in COUNTRIES])
-    country = F.when(idx.isNotNull(), F.element_at(countries, (mixed % len(COUNTRIES) + 1).cast("int")))
-    return [ids.alias("id"), customer.alias("customer"), country.alias("country"), amount.alias("amount"),
-            (mixed % 9 + 1).cast("int").alias("quantity"),
-            F.timestamp_micros(F.lit(BASE_TS_US) + ids * F.lit(1_000_000)).alias("created_at"),
-            F.when(idx.isNotNull(), F.lit("i")).alias("_gs_op")]
+        key = f"(({col} div 3) + ({start_id}L))"
+        step = f"pmod({col}, 3)"
+        op = (f"CASE WHEN {col} IS NULL THEN NULL WHEN {step} = 0 THEN 'i' "
+              f"WHEN {step} = 2 AND pmod({key}, 5) = 0 THEN 'd' ELSE 'u' END AS _gs_op")
+        return [f"{key} AS id", f"CAST({step} + 1 AS INT) AS version", customer, amount, op]
+    ids = f"({col} + ({start_id}L))"
+    wrapped_micros = wrap64(f"{BASE_TS_US}BD + " + wrap64(f"CAST({ids} AS DECIMAL(38,0)) * 1000000BD"))
+    countries = ", ".join(f"'{c}'" for c in COUNTRIES)
+    return [f"{ids} AS id", customer,
+            f"CASE WHEN {col} IS NOT NULL THEN element_at(array({countries}), "
+            f"CAST({mixed} % {len(COUNTRIES)} + 1 AS INT)) END AS country",
+            amount, f"CAST({mixed} % 9 + 1 AS INT) AS quantity",
+            f"timestamp_micros(CASE WHEN abs({ids}) < 9000000000000L THEN {BASE_TS_US}L + {ids} * 1000000L "
+            f"ELSE CAST({wrapped_micros} AS BIGINT) END) AS created_at",
+            f"CASE WHEN {col} IS NOT NULL THEN 'i' END AS _gs_op"]
 
 
 def _data_source_class() -> type:
