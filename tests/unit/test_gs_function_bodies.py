@@ -199,3 +199,17 @@ def test_json_functions() -> None:
     assert flink.json_object(strings("k"), pa.array([None], pa.int64())).to_pylist() == ['{"k":null}']
     with pytest.raises(StreamlingError, match="key is NULL"):
         flink.json_object(strings(None), strings("v"))
+
+
+def test_a_query_calling_no_udf_registers_none() -> None:
+    # Registering the Arrow UDFs costs ~0.25 s of a cold start; a query that calls none skips it
+    # without touching the session, and one that calls one (any case, quoted or not) registers them.
+    from streamling.functions.catalog import _CALL, register_udfs
+
+    class NoSession:
+        def __getattr__(self, name: str) -> object:
+            raise AssertionError(f"the session was used: {name}")
+
+    register_udfs(NoSession(), "SELECT id, upper(name) AS n, amount * 2 FROM `orders` WHERE x IN (1, 2)")  # type: ignore[arg-type]
+    calls = {n.lower() for n in _CALL.findall("SELECT `STREAMLING_gs_xxhash` (a), streamling_plugin_mask(b) FROM t")}
+    assert calls == {"streamling_gs_xxhash", "streamling_plugin_mask"}

@@ -75,6 +75,7 @@ class KafkaSource(Source[KafkaSourceOptions]):
         # round trips to the JVM, which every epoch paid before (unresolved columns are reusable).
         self._decoders: tuple[Any, list[Column]] | None = None
         self._filter: Column | None = None
+        self._filter_sql = ""  # the filter translated for Spark (the text of ``_filter``)
 
     # --- schema ---------------------------------------------------------------------------------
 
@@ -190,11 +191,12 @@ class KafkaSource(Source[KafkaSourceOptions]):
         out = wide_decimal_columns(out, self._wide, from_bytes=self.options.data_format == "avro")
         if self.options.filter:
             try:
-                register_udfs(out.sparkSession)  # the filter may call Streamling's SQL functions
                 if self._filter is None:
                     # the filter is DataFusion SQL, as in Streamling: translated for Spark
                     types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
-                    self._filter = F.expr(spark_expression(self.options.filter, types))
+                    self._filter_sql = spark_expression(self.options.filter, types)
+                    self._filter = F.expr(self._filter_sql)
+                register_udfs(out.sparkSession, self._filter_sql)  # it may call Streamling's SQL functions
                 out = out.where(self._filter)
             except Exception as exc:  # noqa: BLE001 - Spark raises parse and analysis errors as several types
                 raise self._filter_error(exc, out.columns) from exc

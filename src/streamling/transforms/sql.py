@@ -97,7 +97,7 @@ class UpstreamSql:
             df.createOrReplaceTempView(self.views[upstream.lower()])
         typed = self._typed(inputs)
         sql = pin_clock(typed, epoch.started_at_iso) if self.pins_clock and epoch is not None else typed
-        register_udfs(spark)
+        register_udfs(spark, sql)
         if before is not None:
             before()
         try:
