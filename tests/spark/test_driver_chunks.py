@@ -36,6 +36,11 @@ def test_chunks_hold_what_to_arrow_holds_in_order(spark: Any) -> None:
     assert max(c.num_rows for c in chunks) == 4
     assert pa.Table.from_batches(chunks).equals(df.toArrow())
     assert list(arrow_chunks(df.limit(0))) == []
+    # A plan cached by its owner (the flow's fan-out batch) is read, not uncached behind its back.
+    owned = df.persist()
+    assert pa.Table.from_batches(list(arrow_chunks(owned, rows_per_chunk=100))).equals(df.toArrow())
+    assert owned.storageLevel.useMemory
+    owned.unpersist()
 
 
 def test_print_sink_lines_are_numbered_across_chunks_and_epochs(spark: Any) -> None:

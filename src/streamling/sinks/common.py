@@ -63,7 +63,9 @@ def arrow_chunks(df: DataFrame, rows_per_chunk: int = CHUNK_ROWS) -> Iterator[pa
     partition at a time by ``toLocalIterator`` (one small Spark job per partition)."""
 
     step = max(1, rows_per_chunk)
-    cached = df.persist()
+    level = df.storageLevel
+    ours = not (level.useMemory or level.useDisk)  # a plan cached by someone else stays cached
+    cached = df.persist() if ours else df
     try:
         rows = cached.count()
         if rows <= step:
@@ -73,7 +75,8 @@ def arrow_chunks(df: DataFrame, rows_per_chunk: int = CHUNK_ROWS) -> Iterator[pa
             return
         yield from _partition_chunks(cached, step)
     finally:
-        cached.unpersist()
+        if ours:
+            cached.unpersist()
 
 
 def _partition_chunks(df: DataFrame, step: int) -> Iterator[pa.RecordBatch]:
