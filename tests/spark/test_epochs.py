@@ -248,6 +248,11 @@ def test_a_transient_failure_raised_on_an_executor_is_retried_by_the_flow(runner
         ("loud", "upper transform 'loud': its service did not answer", 1)]
 
 
+def _amounts(epoch: int) -> list[float]:
+    """The ``amount`` column of a 1,000-row epoch of the default generate source."""
+    return generate_batch("orders", 1000 * epoch, 1000 * (epoch + 1), 0, 0).column("amount").to_pylist()
+
+
 def test_node_rows_are_exact_while_only_row_changing_nodes_are_observed(runner, spark):
     """Each node's count per epoch is exact; a projection shares its input's count instead of adding a
     Spark observation to the plan (each one splits Spark's generated code), a filter is observed."""
@@ -265,8 +270,7 @@ def test_node_rows_are_exact_while_only_row_changing_nodes_are_observed(runner, 
     flushed = runner.of_type(ev.EpochFlushed)
     assert [e.epoch for e in flushed] == [0, 1, 2]
     for e in flushed:
-        amounts = generate_batch("orders", 1000 * e.epoch, 1000 * (e.epoch + 1), 0, 0).column("amount").to_pylist()
-        big = sum(1 for a in amounts if a * 2 > 1500)
+        big = sum(1 for a in _amounts(e.epoch) if a * 2 > 1500)
         assert 0 < big < 1000
         assert e.node_rows == {"orders": 1000, "proj": 1000, "big": big}
         assert e.rows == {"all": 1000, "some": big}
@@ -299,8 +303,7 @@ def test_a_single_sink_reading_once_takes_the_input_count_from_sparks_scan(runne
     flushed = runner.of_type(ev.EpochFlushed)
     assert [e.epoch for e in flushed] == [0, 1]
     for e in flushed:
-        amounts = generate_batch("orders", 1000 * e.epoch, 1000 * (e.epoch + 1), 0, 0).column("amount").to_pylist()
-        big = sum(1 for a in amounts if a > 750)
+        big = sum(1 for a in _amounts(e.epoch) if a > 750)
         assert e.node_rows == {"orders": 1000, "big": big}
         assert e.rows == {"some": big}
     assert [e.input_rows for e in runner.of_type(ev.EpochFinalized)] == [1000, 1000]
@@ -322,10 +325,8 @@ def test_print_and_delta_sinks_report_exact_node_and_input_rows(runner, tmp_path
     """)
     flushed = runner.of_type(ev.EpochFlushed)
     assert [e.epoch for e in flushed] == [0, 1]
-    for e in flushed:
-        amounts = generate_batch("orders", 1000 * e.epoch, 1000 * (e.epoch + 1), 0, 0).column("amount").to_pylist()
-        big = sum(1 for a in amounts if a > 900)
-        assert e.node_rows == {"orders": 1000, "big": big}
-        assert e.rows == {"console": big, "lake": big}
+    big = [sum(1 for a in _amounts(e.epoch) if a > 900) for e in flushed]
+    assert [(e.epoch, e.node_rows, e.rows) for e in flushed] == [
+        (i, {"orders": 1000, "big": n}, {"console": n, "lake": n}) for i, n in enumerate(big)]
     assert [e.input_rows for e in runner.of_type(ev.EpochFinalized)] == [1000, 1000]
     assert len(capsys.readouterr().out.splitlines()) == sum(e.rows["console"] for e in flushed)
