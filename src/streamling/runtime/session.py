@@ -70,6 +70,7 @@ def ensure_jars() -> list[Path]:
 
 #: The JVM classes streamling ships as source (compiled once against this pyspark's jars).
 NATIVE_SOURCES = ("GenerateSource.java",)
+NATIVE_JAR = "streamling-native.jar"
 
 
 def native_jar() -> Path | None:
@@ -85,7 +86,7 @@ def native_jar() -> Path | None:
     sources = [Path(str(pkg.joinpath(name))) for name in NATIVE_SOURCES]
     spark_jars = Path(pyspark.__file__).parent / "jars"
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + pyspark.__version__.encode()).hexdigest()[:12]
-    jar = cache_dir() / "native" / digest / "streamling-native.jar"
+    jar = cache_dir() / "native" / digest / NATIVE_JAR
     with _LOCK:
         if jar.exists():
             return jar
@@ -104,14 +105,20 @@ def native_jar() -> Path | None:
                         [str(jar_tool), "cf", str(tmp / jar.name), "-C", str(tmp / "classes"), "."]):
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode != 0:
-                    raise StreamlingError(
-                        f"cannot build streamling's JVM classes with {cmd[0]}:\n{(proc.stdout + proc.stderr).strip()}",
-                        code="native_build_failed", user=False,
-                        hint=f"check the JDK ({javac}) matches the Java that runs Spark; delete {jar.parent} to retry")
+                    # Only start-up speed depends on these classes: run without them, and say why.
+                    log.warning("cannot build streamling's JVM classes with %s (the generate source reads its "
+                                "rows in Python workers instead; check that this JDK can compile for Java 17): %s",
+                                cmd[0], (proc.stdout + proc.stderr).strip().splitlines()[-1:])
+                    return None
             (tmp / jar.name).replace(jar)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return jar
+
+
+def has_native_classes(spark: SparkSession) -> bool:
+    """Whether ``spark`` was started with ``native_jar`` (a session built elsewhere may not be)."""
+    return NATIVE_JAR in spark.sparkContext.getConf().get("spark.jars", "")
 
 
 def _loopback_master(master: str) -> bool:

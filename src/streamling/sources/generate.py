@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from streamling.runtime.nodes import NodeContext, Source
+from streamling.runtime.session import has_native_classes
 from streamling.sources.generate_rows import (
     BASE_TS_US,
     COUNTRIES,
@@ -27,7 +28,6 @@ from streamling.spec.nodes import GenerateSourceOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
 __all__ = ["BASE_TS_US", "COUNTRIES", "CUSTOMERS", "FORMAT", "SCHEMAS", "GenerateSource", "_data_source_class",
            "NATIVE_FORMAT", "generate_batch", "generate_exprs", "generate_stream", "register_generate"]
@@ -48,27 +48,12 @@ def generate_stream(spark: SparkSession, options: Mapping[str, object], native: 
     checkpoint. ``native`` chooses one (a comparison); by default the JVM one when it is there."""
     opts = {k: str(options[k]) for k in _OPTION_KEYS if options.get(k) is not None}
     profile = opts.get("profile", "orders")
-    if _has_native(spark) if native is None else native:
+    if has_native_classes(spark) if native is None else native:
         rows = spark.readStream.format(NATIVE_FORMAT).options(**opts).load()
         seed, start_id = int(opts.get("seed", "0")), int(opts.get("start_id", "0"))
-        out = rows.selectExpr(*generate_exprs("idx", profile, seed, start_id))
-        return out.to(_schema(profile))  # every column nullable, as the Python source declares them
+        return rows.selectExpr(*generate_exprs("idx", profile, seed, start_id))
     register_generate(spark)
     return spark.readStream.format(FORMAT).options(**opts).load()
-
-
-def _has_native(spark: SparkSession) -> bool:
-    return "streamling-native.jar" in spark.sparkContext.getConf().get("spark.jars", "")
-
-
-def _schema(profile: str) -> StructType:
-    """``SCHEMAS[profile]`` as a StructType, built in Python (parsing DDL asks the JVM)."""
-    from pyspark.sql import types as T
-
-    types = {"BIGINT": T.LongType(), "INT": T.IntegerType(), "STRING": T.StringType(), "DOUBLE": T.DoubleType(),
-             "TIMESTAMP": T.TimestampType()}
-    fields = [field.strip().split(" ") for field in SCHEMAS[profile].split(",")]
-    return T.StructType([T.StructField(name, types[kind], nullable=True) for name, kind in fields])
 
 
 class GenerateSource(Source[GenerateSourceOptions]):
