@@ -35,6 +35,28 @@ def test_available_now_on_a_rate_limited_source_drains_released_rows() -> None:
     assert reader.latestOffset({"row": end}, None) == {"row": end}
 
 
+def test_available_now_on_a_resumed_rate_limited_source_drains_from_the_checkpoint() -> None:
+    # The clock starts at the checkpoint's offset, as the JVM reader's does: a resumed run drains
+    # what the clock released since, instead of nothing.
+    reader = _reader(rows_per_second="20")
+    reader.prepareForTriggerAvailableNow()
+    end = reader.latestOffset({"row": 5000}, None)["row"]
+    assert 5020 <= end <= 5025
+    assert reader.latestOffset({"row": end}, None) == {"row": end}
+
+
+def test_seed_and_start_id_are_bounded_where_both_readers_agree() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from streamling.spec.nodes import GenerateSourceOptions
+
+    GenerateSourceOptions(rows=1, seed=2**31 - 1, start_id=-(2**62))
+    for bad in ({"seed": 2**31}, {"start_id": 2**62 + 1}):
+        with pytest.raises(ValidationError):
+            GenerateSourceOptions(rows=1, **bad)
+
+
 def test_a_python_worker_unpickling_the_source_imports_no_pipeline_model() -> None:
     # Every Spark Python worker that runs the source (schema lookup, streaming planner, reading
     # tasks) unpickles it; importing the pipeline model and settings there cost ~0.5 s per worker.

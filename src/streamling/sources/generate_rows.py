@@ -23,7 +23,8 @@ CUSTOMERS = [f"customer-{i:04d}" for i in range(1000)]
 BASE_TS_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
 #: Row ``idx`` mixes as ``(idx * MIX + seed * 40503) % MIX_MOD``.
 MIX, MIX_MOD = 2654435761, 1_000_003
-#: Below this row index ``idx * MIX + seed * 40503`` stays in int64 (``seed`` is bounded by the options).
+#: Below this row index ``idx * MIX + seed * 40503`` stays in int64 (``GenerateSourceOptions`` bounds
+#: ``seed`` to int32 and ``start_id`` to ±2^62, so ids and the salt fit int64 too).
 _NO_WRAP_BELOW = (2**62) // MIX
 SCHEMAS = {
     "orders": "id BIGINT, customer STRING, country STRING, amount DOUBLE, quantity INT, "
@@ -115,6 +116,7 @@ def _data_source_class() -> type:
             self.start_id = int(options.get("start_id", "0"))
             self.profile = options.get("profile", "orders")
             self._clock: tuple[float, int] | None = None
+            self._available_now = False
             self._available_now_end: int | None = None
 
         def initialOffset(self) -> dict[str, Any]:
@@ -131,7 +133,9 @@ def _data_source_class() -> type:
                     self._clock = (now - max(1.0, 1.0 / self.rate), start)
                 t0, base = self._clock
                 ceiling = min(ceiling, base + int((now - t0) * self.rate))
-            if self._available_now_end is not None:
+            if self._available_now and self.total is None:
+                if self._available_now_end is None:
+                    self._available_now_end = ceiling  # what the clock has released by the first ask
                 ceiling = min(ceiling, self._available_now_end)
             return ceiling
 
@@ -140,10 +144,10 @@ def _data_source_class() -> type:
             return {"row": max(begin, min(begin + self.per_batch, self._ceiling(begin)))}
 
         def prepareForTriggerAvailableNow(self) -> None:
-            """Bounded: ``rows`` already caps every offset. Rate-limited: drain what the clock
-            has released so far, then stop."""
-            if self.total is None:
-                self._available_now_end = self._ceiling(0 if self._clock is None else self._clock[1])
+            """Bounded: ``rows`` already caps every offset. Rate-limited: drain what the clock has
+            released by the first ``latestOffset``, then stop — its clock starts at that call's
+            offset, the checkpoint's (starting it here, at row 0, drained nothing on a resume)."""
+            self._available_now = True
 
         def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
             lo, hi = int(start["row"]), int(end["row"])

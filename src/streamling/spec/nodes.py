@@ -126,8 +126,9 @@ class GenerateSourceOptions(NodeOptions):
     rows: int | None = Field(default=None, ge=0, description="total rows; unset = unbounded")
     rows_per_second: float | None = Field(default=None, gt=0)
     rows_per_batch: int = Field(default=100_000, ge=1)
-    start_id: int = 0
-    seed: int = 0
+    # Bounded so a row's arithmetic stays in int64, where the Python and JVM readers agree exactly.
+    start_id: int = Field(default=0, ge=-(2**62), le=2**62)
+    seed: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
     profile: Literal["orders", "cdc"] = "orders"
     partitions: int = Field(default=2, ge=1)
 
