@@ -310,6 +310,50 @@ def test_a_single_sink_reading_once_takes_the_input_count_from_sparks_scan(runne
     assert "scan metric is not available" not in caplog.text
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["jvm-drain", "noop-writer"])
+def test_a_filter_read_by_a_blackhole_alone_is_counted_by_the_write(runner, monkeypatch, native):
+    """The filter is not observed (an observation splits Spark's generated code): the blackhole's one
+    job counts what it discards — streamling's JVM drain, or Spark's no-op writer with the sink's own
+    count where those classes are missing — and that is the filter's count. A sink whose expectations
+    drop rows receives fewer than the filter gave, so that filter is observed again."""
+    from streamling.runtime import observe
+    from streamling.sinks.blackhole import BlackholeSink
+
+    watched: list[str] = []
+    real = observe.EpochObservations.watch
+
+    def spy(self: Any, node: str, df: Any, extra: Any = None) -> Any:
+        watched.append(node)
+        return real(self, node, df, extra)
+
+    monkeypatch.setattr(observe.EpochObservations, "watch", spy)
+    if not native:
+        monkeypatch.setattr(BlackholeSink, "_native", False)
+    pipeline = """
+        sources:
+          orders: {type: generate, rows: 2000, rows_per_batch: 1000}
+        transforms:
+          big: {type: sql, sql: "SELECT id, amount FROM orders WHERE amount > 750"}
+        sinks:
+          kept: {type: blackhole, from: big%s}
+    """
+    runner.run(pipeline % "")
+    big = [sum(1 for a in _amounts(epoch) if a > 750) for epoch in (0, 1)]
+    assert [(e.node_rows, e.rows) for e in runner.of_type(ev.EpochFlushed)] == [
+        ({"orders": 1000, "big": n}, {"kept": n}) for n in big]
+    assert "big" not in watched
+    assert watched == ([] if native else ["df", "df"])  # the fallback's count is the sink's own
+
+    runner.events.clear()
+    watched.clear()
+    runner.run(pipeline % ", expectations: [{name: small, condition: amount < 950, on_violation: drop}]",
+               application_id="epochs_blackhole_expectations")
+    small = [sum(1 for a in _amounts(epoch) if 750 < a < 950) for epoch in (0, 1)]
+    assert [(e.node_rows["big"], e.rows) for e in runner.of_type(ev.EpochFlushed)] == [
+        (n, {"kept": m}) for n, m in zip(big, small, strict=True)]
+    assert watched.count("big") == 2
+
+
 def test_print_and_delta_sinks_report_exact_node_and_input_rows(runner, tmp_path, capsys):
     """The README's shape: a print sink (read on the driver) and a Delta sink fed by one filter. The
     print sink's read once reported every node's count as 0 (its local iterator's execution reports

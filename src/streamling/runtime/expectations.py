@@ -23,6 +23,11 @@ SUFFIX = "#expectations"
 ROW_MARK = "\x00ROW\x00"
 
 
+def has_rules(node: Node[Any]) -> bool:
+    """Whether ``node`` has expectations (``guard`` then observes, filters or checks its rows)."""
+    return isinstance(node.options, FromNodeOptions) and bool(node.options.expectations)
+
+
 def guard(node: Node[Any], df: DataFrame, watch: EpochObservations | None) -> DataFrame:
     """``df`` with ``node``'s expectations applied (counts observed, ``drop`` filtered, ``fail`` raised)."""
     expectations = node.options.expectations if isinstance(node.options, FromNodeOptions) else []

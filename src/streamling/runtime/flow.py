@@ -170,6 +170,7 @@ class FlowRunner:
         self._shapes: dict[str, bool] = {}
         #: whether the epoch's input count can be read from Spark's scan metric (see ``_scanned_rows``)
         self._scan_counts = True
+        self._by_sink = self._counted_by_sinks()
         self._execution: Any = None  # the query's StreamExecution (JVM), for its epoch's plan
         self._offsets: dict[str, Any] = {}
         self.root = Path(self.settings.state_dir).resolve() / self.settings.application_id / flow.name
@@ -476,7 +477,8 @@ class FlowRunner:
 
             def dag() -> dict[str, DataFrame]:
                 # a retried evaluation observes afresh
-                watch[:] = [EpochObservations(shapes=self._shapes, observe_input=not spark_counts)]
+                watch[:] = [EpochObservations(shapes=self._shapes, observe_input=not spark_counts,
+                                              by_sink=self._by_sink)]
                 return evaluate(self.plan, self.flow, spark, raw, epoch, watch=watch[0])
 
             frames = call_with_retry(dag, self.settings.retry, f"flow '{self.flow.name}' epoch {batch_id} transforms",
@@ -498,6 +500,9 @@ class FlowRunner:
                 t0 = time.perf_counter()
                 rows[sink.name] = self._write(sink, sink.spread(df), epoch, on_retry)
                 durations[sink.name] = (time.perf_counter() - t0) * 1000
+            if watch:
+                for node, sink_name in self._by_sink.items():
+                    watch[0].given[node] = {ROWS: rows[sink_name]}
             if spark_counts and watch:
                 # a retried write read the batch again: the flow counted it once on the cached batch
                 scanned = self._retried_input.get(batch_id)
@@ -538,6 +543,24 @@ class FlowRunner:
             self.request_stop(f"num_records_before_stop={limit} reached")
         if any(s.wants_stop() for s in self.sinks):
             self.request_stop("a print sink reached its num_records_before_stop")
+
+    def _counted_by_sinks(self) -> dict[str, str]:
+        """Nodes whose rows one sink alone reads, as given, and counts exactly (``counts_received``,
+        no expectations of its own): node → sink. Their count is the write's, not an observation's."""
+        readers: dict[str, int] = {}
+        for spec in [*self.flow.transforms, *self.flow.sinks]:
+            for upstream in spec.upstream:
+                readers[upstream] = readers.get(upstream, 0) + 1
+        if self.side_outputs:  # side outputs read the sources' rows too
+            for source in self.sources:
+                readers[source.name] = readers.get(source.name, 0) + 1
+        out: dict[str, str] = {}
+        for sink in self.sinks:
+            inputs = sink.ctx.spec.upstream
+            if (sink.counts_rows and sink.counts_received and len(inputs) == 1 and readers[inputs[0]] == 1
+                    and not expectations.has_rules(sink)):
+                out[inputs[0]] = sink.name
+        return out
 
     def _scanned_rows(self) -> int | None:
         """The rows the epoch's source scan produced, from Spark's own metric on the plan of the epoch

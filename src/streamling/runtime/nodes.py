@@ -236,6 +236,10 @@ class Sink(Node[OptionsT]):
     #: single source and this single sink then takes the epoch's input count from Spark's own scan
     #: metric instead of observing the input (an observation costs every record a little)
     reads_once: ClassVar[bool] = False
+    #: whether the count ``write`` returns is exactly the rows it was given (none dropped, merged or
+    #: deduplicated): the flow then takes the count of the node the sink alone reads from the write
+    #: instead of observing that node (``counts_rows`` must be True too)
+    counts_received: ClassVar[bool] = False
 
     @abstractmethod
     def write(self, df: DataFrame, epoch: Epoch) -> int:

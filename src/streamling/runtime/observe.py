@@ -67,11 +67,15 @@ class EpochObservations:
     observe_input: bool = True
     #: counts known without an observation (``given``), by key
     given: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: nodes whose only reader is a sink that counts exactly what it receives (node → sink): left
+    #: unobserved, their count is that write's (the flow puts it in ``given``)
+    by_sink: dict[str, str] = field(default_factory=dict)
 
     def count(self, node: str, df: DataFrame, like: tuple[str, DataFrame] | None = None,
               extra: dict[str, Column] | None = None) -> DataFrame:
         """``df``'s rows counted for ``node``: by its own observation, or, when there are no ``extra``
-        aggregates and ``df`` keeps the rows of ``like`` (a counted node and its frame), as that node's."""
+        aggregates, as ``like``'s when ``df`` keeps the rows of ``like`` (a counted node and its frame),
+        or by the sink that alone reads it (``by_sink``)."""
         if like is not None and not extra:
             keeps = self.shapes.get(node)
             if keeps is None:
@@ -83,6 +87,8 @@ class EpochObservations:
             if keeps:
                 self.same_rows[node] = like[0]
                 return df
+        if not extra and node in self.by_sink:
+            return df
         return self.watch(node, df, extra)
 
     def watch(self, node: str, df: DataFrame, extra: dict[str, Column] | None = None) -> DataFrame:

@@ -69,7 +69,7 @@ def ensure_jars() -> list[Path]:
 
 
 #: The JVM classes streamling ships as source (compiled once against this pyspark's jars).
-NATIVE_SOURCES = ("GenerateSource.java",)
+NATIVE_SOURCES = ("GenerateSource.java", "Drain.java")
 NATIVE_JAR = "streamling-native.jar"
 
 

@@ -5,18 +5,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from streamling.runtime.nodes import Epoch, Sink
+from streamling.runtime.observe import Counted
+from streamling.runtime.session import has_native_classes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
 class BlackholeSink(Sink):
-    # The flow counts what it gives the sink (usually for free: the count of the node it reads),
-    # so the write is Spark's no-op writer alone, as a hand-written job would do it.
-    counts_rows = False
+    # One job runs the whole plan (every column of every row) and counts the rows as it discards
+    # them, so neither this sink's input nor the node it reads needs an observation of its own.
     reads_once = True
+    counts_received = True
+    _native: bool | None = None
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
-        # Spark's no-op writer runs the whole plan (every column, every row) without storing.
-        df.write.format("noop").mode("overwrite").save()
-        return 0
+        if self._native is None:
+            self._native = has_native_classes(df.sparkSession)
+        if self._native:
+            # streamling's JVM helper: Spark's no-op write and the count in one pass, one py4j call
+            jvm = df.sparkSession._jvm
+            assert jvm is not None
+            return int(jvm.streamling.spark.Drain.count(df._jdf, f"blackhole sink '{self.name}'"))
+        counted = Counted()
+        counted.on(df).write.format("noop").mode("overwrite").save()
+        return counted.rows()
