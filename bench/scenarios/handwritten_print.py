@@ -45,9 +45,9 @@ def main() -> int:
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1"))
-    jars = ",".join(j for j in (args.jars if args.same_conf else "", args.source_jar) if j)
-    if jars:
-        builder = builder.config("spark.jars", jars)
+    jars = [j for j in (args.jars.split(",") if args.same_conf and args.jars else []) + [args.source_jar] if j]
+    if jars:  # on the JVM's class path, as streamling puts them for a local master
+        builder = builder.config("spark.driver.extraClassPath", os.pathsep.join(jars))
     if args.same_conf:
         builder = (builder
                    .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
