@@ -132,10 +132,13 @@ def time_process(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict[str, An
 
 def _session_args() -> list[str]:
     """The jars and log4j file streamling's ``build_session`` passes, for the same-conf script."""
-    from streamling.runtime.session import ensure_jars
+    from streamling.runtime import class_archive
+    from streamling.runtime.session import driver_jars, ensure_jars
 
     log4j = Path(str(resources.files("streamling.runtime").joinpath("log4j2.properties")))
-    return ["--same-conf", "--jars", ",".join(str(j) for j in ensure_jars()), "--log4j", str(log4j), *_source_args()]
+    class_archive.build(driver_jars())  # streamling starts from it: so does the same-conf job
+    return ["--same-conf", "--jars", ",".join(str(j) for j in ensure_jars()), "--log4j", str(log4j),
+            "--java-options", class_archive.java_options(driver_jars()), *_source_args()]
 
 
 def _source_args() -> list[str]:

@@ -31,6 +31,7 @@ def main() -> int:
     p.add_argument("--jars", default="", help="comma-separated local jar paths (same-conf mode)")
     p.add_argument("--source-jar", default="", help="the generate source's JVM reader (both modes)")
     p.add_argument("--log4j", default="", help="log4j2 properties file (same-conf mode)")
+    p.add_argument("--java-options", default="", help="more driver JVM options (same-conf mode: the class archive)")
     p.add_argument("--same-conf", action="store_true")
     args = p.parse_args()
 
@@ -54,7 +55,8 @@ def main() -> int:
                    .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
                    .config("spark.databricks.delta.snapshotPartitions", args.shuffle_partitions)
                    .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-                   .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{args.log4j}"))
+                   .config("spark.driver.extraJavaOptions",
+                           f"-Dlog4j2.configurationFile=file:{args.log4j} {args.java_options}".strip()))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from streamling.config import Settings
 from streamling.errors import StreamlingError
+from streamling.runtime import class_archive
 from streamling.runtime.jvm_output import launch_with_filtered_stderr
 
 if TYPE_CHECKING:
@@ -118,6 +119,12 @@ def native_jar() -> Path | None:
     return jar
 
 
+def driver_jars() -> list[Path]:
+    """Every jar a session of ours loads: the connectors, then streamling's own JVM classes."""
+    native = native_jar()
+    return [*ensure_jars(), *([native] if native is not None else [])]
+
+
 def has_native_classes(spark: SparkSession) -> bool:
     """Whether ``spark`` was started with ``native_jar`` (a session built elsewhere may not be)."""
     conf = spark.sparkContext.getConf()
@@ -141,12 +148,14 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def build_session(settings: Settings, app_name: str = "streamling", ui: bool = False) -> SparkSession:
+def build_session(settings: Settings, app_name: str = "streamling", ui: bool = False,
+                  java_options: str = "") -> SparkSession:
     """Create (or reuse) the process's SparkSession configured for streamling.
 
     ``ui`` turns Spark's web UI on (its Structured Streaming tab shows every query's progress) on
     the first free port from 4040, for long-running jobs; ``spark.conf`` can still set
-    ``spark.ui.enabled`` either way."""
+    ``spark.ui.enabled`` either way. ``java_options`` are added to the driver JVM's (when this
+    process launches it)."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -154,10 +163,7 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
     if active is not None:
         _apply_runtime_settings(active, settings)
         return active
-    jars = ensure_jars()
-    native = native_jar()
-    if native is not None:
-        jars = [*jars, native]
+    jars = driver_jars()
     log4j = Path(str(resources.files("streamling.runtime").joinpath("log4j2.properties")))
     # Python workers, here and on a cluster's executors, must run this interpreter (the venv with
     # streamling), not whatever ``python3`` is first on PATH. PySpark's Python side reads the
@@ -184,7 +190,6 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
         .config("spark.pyspark.python", python)
         .config("spark.pyspark.driver.python", driver_python)
     )
@@ -195,7 +200,10 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
         # core. The local jar paths in spark.jars are served to executors by the driver.
         builder = builder.config("spark.executor.memory", "1g")
     user_conf = dict(settings.spark.conf)
+    options = [f"-Dlog4j2.configurationFile=file:{log4j}", java_options]
     if local and SparkContext._gateway is None:
+        if "ArchiveClassesAtExit" not in java_options:  # not while the archive is being built
+            options.append(class_archive.java_options(jars))
         # Locally the jars go straight onto the JVM's class path: through spark.jars the executor
         # (in the same JVM) would also fetch a copy of each (~20 MB) from the driver's file server
         # before its first task, ~0.2 s of every cold start. Only while this process has not
@@ -204,6 +212,8 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
         builder = builder.config(CLASS_PATH, os.pathsep.join(paths))
     else:
         builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
+    options.append(user_conf.pop("spark.driver.extraJavaOptions", ""))  # the user's come last: they win
+    builder = builder.config("spark.driver.extraJavaOptions", " ".join(o for o in options if o))
     for key, value in user_conf.items():
         builder = builder.config(key, value)
     spark = launch_with_filtered_stderr(builder.getOrCreate)

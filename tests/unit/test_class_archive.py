@@ -1,0 +1,68 @@
+"""The driver's class archive: keyed on what the JVM checks, used only when built, and a failed build
+only costs start-up time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamling.runtime import class_archive
+
+
+@pytest.fixture
+def jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    monkeypatch.setenv("STREAMLING_CACHE_DIR", str(tmp_path / "cache"))
+    out = []
+    for name in ("a.jar", "b.jar"):
+        (tmp_path / name).write_bytes(b"PK" + name.encode())
+        out.append(tmp_path / name)
+    return out
+
+
+def test_the_key_follows_the_class_path_jars(jars: list[Path]) -> None:
+    path = class_archive.archive_path(jars)
+    assert path is not None and path.name == class_archive.ARCHIVE
+    assert class_archive.archive_path(list(jars)) == path  # stable
+    assert class_archive.archive_path(jars[:1]) != path  # another class path
+    os.utime(jars[0], ns=(1, 1))  # a replaced jar: the JVM would refuse the old archive
+    assert class_archive.archive_path(jars) != path
+    assert class_archive.archive_path([*jars, jars[0].with_name("gone.jar")]) is None
+
+
+def test_the_session_options_map_an_archive_only_once_it_is_built(jars: list[Path]) -> None:
+    assert class_archive.java_options(jars) == ""
+    path = class_archive.archive_path(jars)
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"archive")
+    options = class_archive.java_options(jars)
+    assert f"-XX:SharedArchiveFile={path}" in options and "-Xlog:cds=off" in options
+
+
+def test_a_failed_build_leaves_nothing_and_warns(jars: list[Path], monkeypatch: pytest.MonkeyPatch,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    def failing(cmd: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(cmd, 1, None, "Error: could not create the Java Virtual Machine.")
+
+    monkeypatch.setattr(subprocess, "run", failing)
+    assert class_archive.build(jars) is None
+    assert "could not create the Java Virtual Machine" in caplog.text and "start without it" in caplog.text
+    path = class_archive.archive_path(jars)
+    assert path is not None and not list(path.parent.iterdir())
+
+
+def test_an_existing_archive_is_not_rebuilt(jars: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    path = class_archive.archive_path(jars)
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"archive")
+
+    def no_build(*_: Any, **__: Any) -> None:
+        raise AssertionError("rebuilt")
+
+    monkeypatch.setattr(subprocess, "run", no_build)
+    assert class_archive.build(jars) == path
