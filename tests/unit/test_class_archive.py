@@ -49,10 +49,14 @@ def test_a_failed_build_leaves_nothing_and_warns(jars: list[Path], monkeypatch: 
         return subprocess.CompletedProcess(cmd, 1, None, "Error: could not create the Java Virtual Machine.")
 
     monkeypatch.setattr(subprocess, "run", failing)
+    path = class_archive.archive_path(jars)
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    killed = path.with_name(f".999999999.{class_archive.ARCHIVE}")  # a build killed mid-way
+    killed.write_bytes(b"half an archive")
     assert class_archive.build(jars) is None
     assert "could not create the Java Virtual Machine" in caplog.text and "start without it" in caplog.text
-    path = class_archive.archive_path(jars)
-    assert path is not None and not list(path.parent.iterdir())
+    assert not list(path.parent.iterdir())
 
 
 def test_an_existing_archive_is_not_rebuilt(jars: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -108,12 +108,25 @@ def _train(target: Path) -> None:
             proc.wait(timeout=300)
 
 
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
 def build(jars: list[Path]) -> Path | None:
     """Build the archive for a local session with these jars, unless it exists (about 20 s)."""
     path = archive_path(jars)
     if path is None or path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".*.{ARCHIVE}"):  # ~200 MB each, left by builds that were killed
+        if not _alive(stale.name.split(".")[1]):
+            stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{os.getpid()}.{ARCHIVE}")
     tmp.unlink(missing_ok=True)
     proc = subprocess.run([sys.executable, "-m", "streamling.runtime.class_archive", str(tmp)],
