@@ -1,11 +1,11 @@
 """A class-data-sharing archive of the driver JVM's classes, so a local run starts in less time.
 
 A cold Spark driver spends much of its start-up loading and verifying classes (Spark SQL, the
-streaming engine, Delta): about 9 s of the README's 13 s run on 2 cores. Java's dynamic CDS
+streaming engine, Delta), with both cores of a small machine busy throughout. Java's dynamic CDS
 archive (``-XX:ArchiveClassesAtExit``) records the classes a representative run loaded, already
-parsed and verified; later JVMs map it (``-XX:SharedArchiveFile``): measured on the README's
-pipeline, session start 3.9 → 2.3 s, the first query 2.2 → 1.2 s, the first Delta commit 2.4 →
-1.9 s.
+parsed and verified; later JVMs map it (``-XX:SharedArchiveFile``): measured in-process on 2 cores,
+session start 3.9 → 2.3 s, the first query 2.2 → 1.2 s, the first Delta commit 2.4 → 1.9 s; the
+README's run 8.8 → 5.8 s to its first row.
 
 The archive is built by ``build()`` (``fixtures/dev setup`` runs it) with a small pipeline in a
 JVM of its own, into ``$STREAMLING_CACHE_DIR/cds/<key>/``; the key covers what the JVM checks
