@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,22 +32,14 @@ ARCHIVE = "driver.jsa"
 QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
-def _java_home() -> Path | None:
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        return Path(home).resolve()
-    java = shutil.which("java")
-    return Path(java).resolve().parent.parent if java else None
-
-
 def archive_path(jars: list[Path]) -> Path | None:
     """Where the archive for this JDK, pyspark and these class-path jars lives (it may not exist
     yet); None without a JDK to key it on."""
     import pyspark
 
-    from streamling.runtime.session import cache_dir
+    from streamling.runtime.session import cache_dir, java_home
 
-    home = _java_home()
+    home = java_home()
     if home is None:
         return None
     release = home / "release"

@@ -76,6 +76,16 @@ NATIVE_JAR = "streamling-native.jar"
 CLASS_PATH = "spark.driver.extraClassPath"
 
 
+def java_home() -> Path | None:
+    """The Java installation Spark's launcher runs: ``JAVA_HOME``, else the one whose ``java`` is
+    first on PATH (links resolved); None without either."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        return Path(home).resolve()
+    java = shutil.which("java")
+    return Path(java).resolve().parent.parent if java else None
+
+
 def native_jar() -> Path | None:
     """streamling's own JVM classes (the ``generate`` source's row reader), compiled on first use.
 
@@ -93,8 +103,8 @@ def native_jar() -> Path | None:
     with _LOCK:
         if jar.exists():
             return jar
-        java_home = os.environ.get("JAVA_HOME")
-        javac = shutil.which("javac", path=str(Path(java_home) / "bin") if java_home else None) or shutil.which("javac")
+        home = java_home()
+        javac = (shutil.which("javac", path=str(home / "bin")) if home else None) or shutil.which("javac")
         jar_tool = Path(javac).with_name("jar") if javac else None
         if javac is None or jar_tool is None or not jar_tool.exists():
             log.info("no JDK (javac, jar) found: the generate source reads its rows in Python workers")
@@ -202,8 +212,7 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
     user_conf = dict(settings.spark.conf)
     options = [f"-Dlog4j2.configurationFile=file:{log4j}", java_options]
     if local and SparkContext._gateway is None:
-        if "ArchiveClassesAtExit" not in java_options:  # not while the archive is being built
-            options.append(class_archive.java_options(jars))
+        options.append(class_archive.java_options(jars))  # none yet while it is being built
         # Locally the jars go straight onto the JVM's class path: through spark.jars the executor
         # (in the same JVM) would also fetch a copy of each (~20 MB) from the driver's file server
         # before its first task, ~0.2 s of every cold start. Only while this process has not
