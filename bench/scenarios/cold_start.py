@@ -136,9 +136,10 @@ def _session_args() -> list[str]:
     from streamling.runtime.session import driver_jars, ensure_jars
 
     log4j = Path(str(resources.files("streamling.runtime").joinpath("log4j2.properties")))
-    class_archive.build(driver_jars())  # streamling starts from it: so does the same-conf job
+    jars = driver_jars()
+    class_archive.build(jars)  # streamling starts from it: so does the same-conf job
     return ["--same-conf", "--jars", ",".join(str(j) for j in ensure_jars()), "--log4j", str(log4j),
-            "--java-options", class_archive.java_options(driver_jars()), *_source_args()]
+            "--java-options", class_archive.java_options(jars), *_source_args()]
 
 
 def _source_args() -> list[str]:

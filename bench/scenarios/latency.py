@@ -19,13 +19,22 @@ import threading
 import time
 from typing import Any
 
-from scenarios.common import Options, ScenarioResult, Side, bench_settings, log, session_facts, shared_session, temp_dir
+from scenarios.common import (
+    Options,
+    ScenarioResult,
+    Side,
+    bench_settings,
+    interleaved,
+    log,
+    session_facts,
+    shared_session,
+    temp_dir,
+)
 
 NAME = "latency"
 RATE = 10_000
 SECONDS = 30.0
 WARMUP_EPOCHS = 3
-WARMUP_SECONDS = 10.0
 SQL = "SELECT id, customer, amount * quantity AS total, _gs_op FROM orders WHERE amount > 100"
 SOURCE = {"rows_per_second": RATE, "rows_per_batch": 1_000_000, "partitions": 2, "profile": "orders"}
 
@@ -141,20 +150,15 @@ def run(opts: Options) -> ScenarioResult:
     seconds = SECONDS
     sides = {"blackhole": Side("blackhole"), "postgres": Side("postgres"), "hand-written": Side("hand-written")}
     no_postgres = ensure_postgres()
-    # Both code paths once, unmeasured: the side that ran first in a cold JVM paid for the JIT
-    # (its Spark calls took ~30 % longer per epoch than the same calls made later).
-    log(f"{NAME}: warming up both sides ({WARMUP_SECONDS:g}s each)")
-    _streamling(spark, {"type": "blackhole"}, WARMUP_SECONDS)
-    _handwritten(spark, WARMUP_SECONDS)
-    for i in range(opts.runs):
-        log(f"{NAME}: round {i + 1}/{opts.runs}, {seconds:g}s per side at {RATE:,} rows/s")
-        order = ["blackhole", "hand-written"] if i % 2 == 0 else ["hand-written", "blackhole"]  # ABBA
-        for side in order:
-            sides[side].runs.append(_streamling(spark, {"type": "blackhole"}, seconds) if side == "blackhole"
-                                    else _handwritten(spark, seconds))
-        if no_postgres is None:
-            sides["postgres"].runs.append(_streamling(spark, {"type": "postgres", "schema": "bench",
-                                                              "table": "latency"}, seconds))
+    runners = {"blackhole": lambda: _streamling(spark, {"type": "blackhole"}, seconds),
+               "hand-written": lambda: _handwritten(spark, seconds)}
+    if no_postgres is None:
+        runners["postgres"] = lambda: _streamling(spark, {"type": "postgres", "schema": "bench",
+                                                          "table": "latency"}, seconds)
+    log(f"{NAME}: {opts.runs} rounds, {seconds:g}s per side at {RATE:,} rows/s")
+    # One unmeasured run per side first, then ABBA: the side run first in a cold JVM paid for the
+    # JIT (its Spark calls took ~30 % longer per epoch than the same calls made later).
+    interleaved(opts.runs, runners, sides, log)
     result = ScenarioResult(NAME, {"rate": RATE, "seconds": seconds, "sql": SQL, "spark": session_facts(spark),
                                    **({"postgres": no_postgres} if no_postgres else {})}, sides)
     for name, side in sides.items():
