@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from streamling.sources.generate import _data_source_class
 
 
@@ -27,26 +29,18 @@ def test_the_first_epoch_of_a_rate_limited_source_has_rows() -> None:
     assert _reader(rows_per_batch="7").latestOffset({"row": 0}, None) == {"row": 7}
 
 
-def test_available_now_on_a_rate_limited_source_drains_released_rows() -> None:
+@pytest.mark.parametrize("start", [0, 5000], ids=["first-run", "resumed"])
+def test_available_now_on_a_rate_limited_source_drains_released_rows(start: int) -> None:
+    # The clock starts at the first ask's offset (the checkpoint's on a resume), as the JVM reader's
+    # does: a resumed run drains what the clock released since, instead of nothing.
     reader = _reader(rows_per_second="20")
     reader.prepareForTriggerAvailableNow()
-    end = reader.latestOffset({"row": 0}, None)["row"]
-    assert 20 <= end <= 25
-    assert reader.latestOffset({"row": end}, None) == {"row": end}
-
-
-def test_available_now_on_a_resumed_rate_limited_source_drains_from_the_checkpoint() -> None:
-    # The clock starts at the checkpoint's offset, as the JVM reader's does: a resumed run drains
-    # what the clock released since, instead of nothing.
-    reader = _reader(rows_per_second="20")
-    reader.prepareForTriggerAvailableNow()
-    end = reader.latestOffset({"row": 5000}, None)["row"]
-    assert 5020 <= end <= 5025
+    end = reader.latestOffset({"row": start}, None)["row"]
+    assert start + 20 <= end <= start + 25
     assert reader.latestOffset({"row": end}, None) == {"row": end}
 
 
 def test_seed_and_start_id_are_bounded_where_both_readers_agree() -> None:
-    import pytest
     from pydantic import ValidationError
 
     from streamling.spec.nodes import GenerateSourceOptions
