@@ -81,9 +81,9 @@ def test_debug_reruns_the_edited_transform_on_the_captured_batch_while_the_pipel
     assert status["state"] == "finished"
     flow = status["flows"]["orders"]
     assert flow["last_epoch"] is not None and flow["rows_to_sinks"] > 0
-    assert nb.checkpoint_root().exists()
+    assert Path(nb.checkpoint_root()).exists()
     nb.reset()
-    assert not nb.checkpoint_root().exists()
+    assert not Path(nb.checkpoint_root()).exists()
 
 
 def test_bounded_run_ends_by_itself_and_stops_after_n_rows(spark: Any, tmp_path: Path) -> None:

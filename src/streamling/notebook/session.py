@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
+from streamling import storage
 from streamling.config import Settings, load_settings
 from streamling.errors import StreamlingError, ValidationError, java_message
 from streamling.runtime import events as ev
@@ -283,10 +284,10 @@ class NotebookPipeline:
         if self.application_id:
             overrides.setdefault("application_id", self.application_id)
         settings = load_settings(self.config, cwd=self.cwd, overrides=overrides or None)
-        state = Path(settings.state_dir)
-        if state.is_absolute():
-            return settings
-        return settings.model_copy(update={"state_dir": str((self.cwd / state).resolve())})
+        state = settings.state_dir
+        if not storage.is_local(state) or storage.local_path(state).is_absolute():
+            return settings  # a URI of shared storage, or an absolute folder
+        return settings.model_copy(update={"state_dir": str((self.cwd / storage.local_path(state)).resolve())})
 
     def spark(self) -> SparkSession:
         if self._spark is None:
@@ -313,23 +314,28 @@ class NotebookPipeline:
             analyze_plan(plan, self.spark())
         return plan
 
-    def relative(self, path: Path) -> str:
-        """``path`` as the user would type it from the notebook's folder."""
+    def relative(self, path: Path | str) -> str:
+        """``path`` as the user would type it from the notebook's folder (a URI as it is)."""
+        if isinstance(path, str):
+            if not storage.is_local(path):
+                return path
+            path = storage.local_path(path)
         try:
             return str(path.resolve().relative_to(self.cwd.resolve()))
         except ValueError:
             return str(path)
 
-    def checkpoint_root(self) -> Path:
+    def checkpoint_root(self) -> str:
+        """The application's checkpoints: a local folder or a URI of shared storage."""
         settings = self.settings()
-        return Path(settings.state_dir) / settings.application_id
+        return storage.join(settings.state_dir, settings.application_id)
 
-    def reset(self) -> Path:
+    def reset(self) -> str:
         """Forget where every flow stopped: the next run starts from the sources' beginnings."""
         if self.current is not None and self.current.active:
             raise StreamlingError("the pipeline is running", hint="run `%streamling stop` first")
         root = self.checkpoint_root()
-        shutil.rmtree(root, ignore_errors=True)
+        storage.storage_for(root, None if storage.is_local(root) else self.spark()).delete(root)
         return root
 
     # --- preview ------------------------------------------------------------------------------

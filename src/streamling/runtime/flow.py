@@ -15,9 +15,9 @@ import logging
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streamling import storage
 from streamling.errors import StreamlingError, chain_text, java_message, node_failure_from_text
 from streamling.runtime import events as ev
 from streamling.runtime import expectations
@@ -173,9 +173,11 @@ class FlowRunner:
         self._by_sink = self._counted_by_sinks()
         self._execution: Any = None  # the query's StreamExecution (JVM), for its epoch's plan
         self._offsets: dict[str, Any] = {}
-        self.root = Path(self.settings.state_dir).resolve() / self.settings.application_id / flow.name
-        self.checkpoint_dir = self.root / "checkpoint"
-        self.meta_path = self.root / "flow.json"
+        #: the flow's folder: a local path or a URI of shared storage (``streamling.storage``)
+        self.root = storage.join(storage.resolve(self.settings.state_dir), self.settings.application_id, flow.name)
+        self.checkpoint_dir = storage.join(self.root, "checkpoint")
+        self.meta_path = storage.join(self.root, "flow.json")
+        self.store = storage.storage_for(self.root, spark)
         self.sink_token = ""
         self._meta: dict[str, Any] = {}
         self._adopt_topology = False
@@ -207,14 +209,16 @@ class FlowRunner:
         fingerprint = self._fingerprint()
         topology = self._topology()
         # One record per flow: the phases of a hybrid source share its fingerprint and sink token.
-        if self.meta_path.exists() and any((d / "offsets").exists() for d in self.root.glob("checkpoint*")):
-            meta = json.loads(self.meta_path.read_text())
+        store = self.store
+        if store.exists(self.meta_path) and any(store.exists(storage.join(self.root, d, "offsets"))
+                                                for d in store.list_names(self.root) if d.startswith("checkpoint")):
+            meta = json.loads(store.read_text(self.meta_path))
             if meta.get("fingerprint") != fingerprint:
                 raise StreamlingError(
                     f"flow '{self.flow.name}': the checkpoint at {self.checkpoint_dir} was written for different "
                     "source settings, so resuming from it could skip or repeat data",
                     code="checkpoint_incompatible",
-                    hint=f"to start this flow over, delete {self.checkpoint_dir.parent} "
+                    hint=f"to start this flow over, delete {self.root} "
                          f"(or change application_id)")
             self.sink_token = str(meta["sink_token"])
             self._meta = {**meta, "topology": topology}
@@ -223,15 +227,13 @@ class FlowRunner:
                 self._adopt_topology = True
                 self._warn_topology(recorded, topology)
             return
-        self.meta_path.parent.mkdir(parents=True, exist_ok=True)
+        store.mkdirs(self.root)
         self.sink_token = f"{self.settings.application_id}:{self.flow.name}:{uuid.uuid4().hex[:12]}"
         self._meta = {"fingerprint": fingerprint, "sink_token": self.sink_token, "topology": topology}
         self._write_meta()
 
     def _write_meta(self) -> None:
-        tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
-        tmp.write_text(json.dumps(self._meta, indent=2))
-        tmp.replace(self.meta_path)
+        self.store.write_text(self.meta_path, json.dumps(self._meta, indent=2))
 
     def _warn_topology(self, recorded: Any, topology: dict[str, dict[str, dict[str, str]]]) -> None:
         """One warning per flow naming the nodes that do not see the rows the checkpoint already consumed."""
@@ -274,15 +276,16 @@ class FlowRunner:
     def _last_committed(self) -> tuple[int | None, str]:
         """The checkpoint's last committed epoch and its end offsets per source, as Spark wrote them."""
         try:
-            commits = [int(p.name) for p in (self.checkpoint_dir / "commits").iterdir() if p.name.isdigit()]
-        except OSError:
+            commits = [int(n) for n in self.store.list_names(storage.join(self.checkpoint_dir, "commits"))
+                       if n.isdigit()]
+        except (OSError, StreamlingError):
             return None, ""
         if not commits:
             return None, ""
         epoch = max(commits)
         try:
-            lines = (self.checkpoint_dir / "offsets" / str(epoch)).read_text().splitlines()[2:]
-        except OSError:
+            lines = self.store.read_text(storage.join(self.checkpoint_dir, "offsets", str(epoch))).splitlines()[2:]
+        except (OSError, StreamlingError):
             return epoch, ""
         names = [s.name for s in self.sources]
         parts = [f"{n} {o}" for n, o in zip(names, lines, strict=True)] if len(lines) == len(names) else lines
@@ -330,7 +333,7 @@ class FlowRunner:
         """Point the flow at the checkpoint of its sources' current phase (hybrid: backfill, live)."""
         self.phase = "-".join(p for s in self.sources if (p := s.phase()))
         self.bounded = all(s.bounded for s in self.sources)
-        self.checkpoint_dir = self.root / (f"checkpoint-{self.phase}" if self.phase else "checkpoint")
+        self.checkpoint_dir = storage.join(self.root, f"checkpoint-{self.phase}" if self.phase else "checkpoint")
 
     def next_phase(self) -> bool:
         """After a bounded query ended cleanly: True when a source moved to a further phase and the
@@ -582,10 +585,10 @@ class FlowRunner:
     def _planned_offsets(self, batch_id: int) -> list[Any]:
         """The end offset of each source for ``batch_id``, from Spark's write-ahead log (written
         before the epoch runs); [] when the log cannot be read."""
-        path = self.checkpoint_dir / "offsets" / str(batch_id)
+        path = storage.join(self.checkpoint_dir, "offsets", str(batch_id))
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()[2:]  # version, metadata, then sources
-        except OSError:
+            lines = self.store.read_text(path).splitlines()[2:]  # version, metadata, then sources
+        except (OSError, StreamlingError):
             return []
         out: list[Any] = []
         for line in lines:

@@ -113,6 +113,12 @@ class Node(ABC, Generic[OptionsT]):  # noqa: B024 - shared base; each kind decla
                 out[key] = self.common_key_reason(key)
         return out
 
+    def shared_paths(self) -> dict[str, str]:
+        """Paths that Spark's executors read or write for this node, by option key (a Delta table, a
+        folder of files). On a cluster of several hosts each must be on storage every host reaches;
+        the planner refuses the others before anything runs (``storage.cluster_path_problem``)."""
+        return {}
+
     def common_key_reason(self, key: str) -> str:
         """Why ``key`` (one of the keys every node accepts) does nothing on this node type."""
         if key == "parallelism":

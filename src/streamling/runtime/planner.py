@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from streamling import storage
 from streamling.config import Settings
+from streamling.config.settings import normalize_backend
 from streamling.errors import StreamlingError, ValidationError
 from streamling.kafka.no_effect import kafka_warnings
 from streamling.runtime.nodes import Node, NodeContext, Sink, Source, Transform
@@ -166,6 +168,7 @@ def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) ->
                           dynamic_tables=dynamic_tables)
         plan.nodes[node.name] = _instantiate(node, ctx)
     _report_ineffective_keys(plan)
+    _check_cluster_storage(plan)
     for flow in plan.flows:
         phased = [s.name for s in flow.sources if s.type == "hybrid"]
         if phased and len(flow.sources) > 1:
@@ -184,6 +187,39 @@ def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) ->
                 code="job_mode_unbounded", hint="use bounded sources (file with mode: bounded, generate with rows) "
                 "or turn job_mode off")
     return plan
+
+
+def _check_cluster_storage(plan: Plan) -> None:
+    """On a cluster of several hosts, refuse every path that would not be the same folder on each
+    host (all problems at once), and the SQLite state backend, a file on the driver host's disk.
+
+    A checkpoint on one host's disk is only lost with that host (the driver writes it alone), so a
+    local absolute ``state_dir`` is allowed with a warning; tables and file folders that executors
+    write or read are refused, since each host would see its own."""
+    settings = plan.settings
+    master = settings.spark.master
+    if not storage.is_multi_host(master):
+        return
+    problems: list[StreamlingError] = []
+    state_dir = settings.state_dir
+    if (problem := storage.cluster_path_problem(state_dir, master, "state_dir", written_by_executors=False)):
+        problems.append(StreamlingError(problem, code="cluster_path"))
+    elif storage.is_local(state_dir):
+        log.warning("state_dir '%s' is on the driver host's disk: a driver relaunched on another host of %s starts "
+                    "without these checkpoints; put state_dir on shared storage (hdfs://, s3a://) to move drivers",
+                    state_dir, master)
+    if normalize_backend(settings.state_backend.backend_type) == "sqlite":
+        problems.append(StreamlingError(
+            f"the Sqlite state backend keeps its file on the driver host's disk "
+            f"({settings.state_backend.sqlite.database_path}), which a cluster at {master} cannot share",
+            code="cluster_state_backend",
+            hint="use state_backend.backend_type: Postgres on a cluster (STREAMLING__STATE_BACKEND__BACKEND_TYPE)"))
+    for node in plan.nodes.values():
+        for key, path in node.shared_paths().items():
+            if (problem := storage.cluster_path_problem(path, master, key, written_by_executors=True)):
+                problems.append(node.ctx.error(problem, code="cluster_path"))
+    if problems:
+        raise ValidationError(problems)
 
 
 def _report_ineffective_keys(plan: Plan) -> None:

@@ -8,7 +8,6 @@ Spark as local paths; Ivy (``--packages``) is never relied on.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import logging
 import os
 import shutil
@@ -19,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from streamling import storage
 from streamling.config import Settings
 from streamling.errors import StreamlingError
 from streamling.runtime import class_archive
@@ -141,23 +141,6 @@ def has_native_classes(spark: SparkSession) -> bool:
     return any(NATIVE_JAR in (conf.get(key) or "") for key in ("spark.jars", CLASS_PATH))
 
 
-def _loopback_master(master: str) -> bool:
-    """``spark://`` master(s) all on a loopback address (``spark://h1:p1,h2:p2`` lists HA masters)."""
-    if not master.startswith("spark://"):
-        return False
-    hosts = [part.rsplit(":", 1)[0].strip("[]") for part in master[len("spark://"):].split(",")]
-    return all(_is_loopback(host) for host in hosts)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def build_session(settings: Settings, app_name: str = "streamling", ui: bool = False,
                   java_options: str = "") -> SparkSession:
     """Create (or reuse) the process's SparkSession configured for streamling.
@@ -182,7 +165,7 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
     driver_python = os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     master = settings.spark.master
     local = master.startswith("local")
-    loopback = local or _loopback_master(master)
+    loopback = not storage.is_multi_host(master)
     if loopback:
         # Bind the driver to loopback: no external interface is needed or wanted locally. With a
         # standalone master on loopback the driver runs in client mode on this host (Python apps

@@ -12,9 +12,9 @@ Without a key, epochs are appended idempotently with Delta's ``txnAppId``/``txnV
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, ClassVar
 
+from streamling import storage
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
 from streamling.runtime.observe import Counted
 from streamling.sinks.common import last_row_per_key, op_column
@@ -30,9 +30,11 @@ class DeltaSink(Sink[DeltaSinkOptions]):
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        path = self.options.path
-        self.path = os.path.abspath(path) if "://" not in path else path
+        self.path = storage.resolve(self.options.path)
         self._exists = False  # known to be a Delta table (checked until it is)
+
+    def shared_paths(self) -> dict[str, str]:
+        return {"path": self.options.path}  # executors write the table's data files
 
     def spread(self, df: DataFrame) -> DataFrame:
         return super().spread(df) if not self.key else df  # a MERGE shuffles by its own join

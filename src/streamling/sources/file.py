@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 SPARK_FORMAT = {"parquet": "parquet", "csv": "csv", "json": "json", "ndjson": "json", "jsonl": "json",
                 "avro": "avro"}
-REMOTE_SCHEMES = {"s3", "s3a", "gs"}
+REMOTE_SCHEMES = {"s3", "s3a", "gs", "hdfs", "viewfs", "abfs", "abfss", "wasbs"}
 TEXT_FORMATS = {"csv", "json"}  # formats with lines, parsed row by row (corrupt-record column)
 CORRUPT = "_streamling_bad_record"
 BAD_RECORD = "streamling-bad-record:"
@@ -57,6 +57,9 @@ class FileSource(Source[FileSourceOptions]):
         self.poll_interval_secs = parse_duration_secs(self.options.mode.poll_interval)
         self.schema: StructType | None = None  # the data columns every file must fit
 
+    def shared_paths(self) -> dict[str, str]:
+        return {"path": self.options.path}  # executors read the files
+
     def _local_path(self) -> str | None:
         parsed = urlparse(self.options.path)
         if parsed.scheme in ("", "file"):
@@ -64,7 +67,8 @@ class FileSource(Source[FileSourceOptions]):
         if parsed.scheme in REMOTE_SCHEMES:
             return None
         raise self.ctx.error(f"unsupported scheme '{parsed.scheme}' in path {self.options.path!r}",
-                             hint="use a local path, s3://, s3a:// or gs://", code="unsupported_scheme")
+                             hint="use a local path or one of " + ", ".join(f"{s}://" for s in sorted(REMOTE_SCHEMES)),
+                             code="unsupported_scheme")
 
     def read_stream(self, spark: SparkSession) -> DataFrame:
         from pyspark.errors import AnalysisException

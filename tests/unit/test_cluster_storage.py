@@ -1,0 +1,132 @@
+"""Paths on a cluster of several hosts: what every host can share is accepted, what would resolve
+on each host's own disk is refused by ``--validate`` before anything runs, all problems at once."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from streamling import cli, storage
+
+CLUSTER = "spark://10.1.2.3:7077"
+PIPELINE = """
+sources:
+  raw: {type: file, path: ./data/, format: csv, mode: {type: bounded}}
+  orders: {type: generate, rows: 10, primary_key: id}
+sinks:
+  lake: {type: delta, from: orders, path: ./lake}
+  shared: {type: delta, from: orders, path: hdfs://nn:8020/lake}
+  mounted: {type: delta, from: orders, path: "file:///mnt/nfs/lake"}
+  raw_out: {type: blackhole, from: raw}
+"""
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.mark.parametrize(("path", "expected"), [
+    ("./x", "x"), ("file:///tmp/x", "/tmp/x"), ("hdfs://nn:8020/a/", "hdfs://nn:8020/a"),
+    ("s3a://bucket/k", "s3a://bucket/k"),
+])
+def test_local_paths_become_absolute_and_uris_stay(path: str, expected: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    resolved = storage.resolve(path)
+    assert resolved == (str(tmp_path / expected) if path.startswith("./") else expected)
+    assert storage.join("hdfs://nn/a", "b", "c") == "hdfs://nn/a/b/c"
+    assert storage.name("s3a://bucket/a/flow.json") == "flow.json"
+
+
+@pytest.mark.parametrize(("master", "multi"), [
+    ("local[*]", False), ("spark://127.0.0.1:7077", False), ("spark://localhost:1,127.0.0.2:2", False),
+    ("spark://10.0.0.5:7077", True), ("spark://master:7077", True), ("k8s://https://api:6443", True),
+])
+def test_which_masters_span_hosts(master: str, multi: bool) -> None:
+    assert storage.is_multi_host(master) is multi
+
+
+def test_local_storage_replaces_files_atomically(tmp_path: Path) -> None:
+    store = storage.storage_for(str(tmp_path))
+    target = storage.join(str(tmp_path), "a", "flow.json")
+    store.mkdirs(storage.join(str(tmp_path), "a"))
+    store.write_text(target, "one")
+    store.write_text(target, "two")
+    assert store.read_text(target) == "two" and store.list_names(storage.join(str(tmp_path), "a")) == ["flow.json"]
+    assert store.list_names(str(tmp_path / "missing")) == []
+    store.delete(storage.join(str(tmp_path), "a"))
+    assert not store.exists(target)
+
+
+def _validate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+              config: str, pipeline: str = PIPELINE) -> dict[str, object]:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pipeline.yaml").write_text(pipeline)
+    (tmp_path / "config.yaml").write_text(config)
+    code = cli.main(["pipeline.yaml", "--validate"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == (0 if result["is_valid"] else 1)
+    return result
+
+
+def test_validate_refuses_paths_each_host_would_resolve_on_its_own_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _validate(tmp_path, monkeypatch, capsys,
+                       f"spark: {{master: '{CLUSTER}'}}\nstate_backend: {{backend_type: Sqlite}}\n")
+    errors = result["errors"]
+    assert isinstance(errors, list)
+    text = "\n".join(errors)
+    assert result["is_valid"] is False and result["success"] is True
+    # the default ./.streamling, the relative table and folder, the SQLite backend: four problems at once
+    assert f"state_dir './.streamling' is a relative path: on the cluster at {CLUSTER} it would resolve on each " \
+           "host differently" in text
+    assert "delta sink 'lake': path './lake' is a relative path" in text
+    assert "file source 'raw': path './data/' is a relative path" in text
+    assert "the Sqlite state backend keeps its file on the driver host's disk" in text
+    assert "use state_backend.backend_type: Postgres on a cluster" in text
+    # shared storage and an explicit shared mount are fine
+    assert "'shared'" not in text and "'mounted'" not in text
+
+
+def test_validate_refuses_a_table_on_the_driver_disk_but_only_warns_for_checkpoints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    pipeline = ("sources: {orders: {type: generate, rows: 10, primary_key: id}}\n"
+                f"sinks: {{lake: {{type: delta, from: orders, path: {tmp_path / 'lake'}}}}}\n")
+    result = _validate(tmp_path, monkeypatch, capsys,
+                       f"spark: {{master: '{CLUSTER}'}}\nstate_dir: {tmp_path / 'state'}\n", pipeline)
+    errors = result["errors"]
+    assert isinstance(errors, list) and len(errors) == 1, errors
+    assert errors[0].startswith(f"delta sink 'lake': path '{tmp_path / 'lake'}' is on this host's disk, but "
+                                f"executors on other hosts of {CLUSTER} read or write it on theirs")
+    assert f"file://{tmp_path / 'lake'} when that folder is a shared mount" in errors[0]
+    warnings = result["warnings"]
+    assert isinstance(warnings, list)
+    assert any("state_dir" in w and "is on the driver host's disk" in w for w in warnings)
+
+
+def test_a_loopback_cluster_is_one_host(tmp_path: Path) -> None:
+    assert storage.cluster_path_problem("./lake", "spark://127.0.0.1:7077", "path", True) is None
+    assert storage.cluster_path_problem("./lake", "local[2]", "path", True) is None
+    assert storage.cluster_path_problem("s3a://b/lake", CLUSTER, "path", True) is None
+
+
+def test_storage_errors_are_classified_and_never_show_a_credential() -> None:
+    refused = storage.storage_error(
+        RuntimeError("java.nio.file.AccessDeniedException: s3a://b/x: secret.key=abc123 forbidden"), "write",
+        "s3a://b/x/flow.json")
+    assert not refused.retriable and "abc123" not in refused.headline()
+    assert "spark.hadoop.fs.s3a.secret.key" in refused.headline()
+    away = storage.storage_error(RuntimeError("java.net.ConnectException: Connection refused"), "read",
+                                 "hdfs://nn:8020/x")
+    assert away.retriable and away.code == "storage_unreachable"
+    missing = storage.storage_error(RuntimeError("UnsupportedFileSystemException: No FileSystem for scheme \"s3a\""),
+                                    "read", "s3a://b/x")
+    assert not missing.retriable and "hadoop-aws" in missing.headline()
