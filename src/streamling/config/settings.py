@@ -35,6 +35,21 @@ class SparkSettings(_Section):
     master: str = "local[*]"
     shuffle_partitions: int = 2
     conf: dict[str, str] = Field(default_factory=dict)
+    #: where executors' Python workers get the job's packages: ``shipped`` packs this environment
+    #: into the application (``spark.archives``; workers need only Java, Spark and a Python of the
+    #: same minor version), ``local`` runs this interpreter's path on every worker (same install on
+    #: every host), ``auto`` ships on masters that span hosts and stays local otherwise
+    python_environment: Literal["auto", "shipped", "local"] = "auto"
+    #: distributions added to the shipped environment besides streamling's and the plugins' own
+    python_packages: list[str] = Field(default_factory=list)
+
+    def ships_environment(self) -> bool:
+        """Whether executors get the packed environment (see ``python_environment``)."""
+        from streamling.storage import is_multi_host
+
+        if self.python_environment == "auto":
+            return is_multi_host(self.master)
+        return self.python_environment == "shipped"
 
 
 class SqliteStateSettings(_Section):

@@ -141,6 +141,12 @@ def has_native_classes(spark: SparkSession) -> bool:
     return any(NATIVE_JAR in (conf.get(key) or "") for key in ("spark.jars", CLASS_PATH))
 
 
+def _executor_python() -> str:
+    from streamling.runtime.environment import EXECUTOR_PYTHON
+
+    return EXECUTOR_PYTHON
+
+
 def build_session(settings: Settings, app_name: str = "streamling", ui: bool = False,
                   java_options: str = "") -> SparkSession:
     """Create (or reuse) the process's SparkSession configured for streamling.
@@ -161,10 +167,21 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
     # Python workers, here and on a cluster's executors, must run this interpreter (the venv with
     # streamling), not whatever ``python3`` is first on PATH. PySpark's Python side reads the
     # environment, the JVM side (e.g. planning Python data sources) spark.pyspark.python: both agree.
-    python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    driver_python = os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     master = settings.spark.master
     local = master.startswith("local")
+    user_conf = dict(settings.spark.conf)
+    archives = [a for a in [user_conf.pop("spark.archives", "")] if a]
+    if settings.spark.ships_environment() and not local:
+        # Executors run the job's packed environment (see ``environment``): PySpark sends the
+        # path in PYSPARK_PYTHON with every Python function, relative to each executor's folder.
+        from streamling.runtime import environment
+
+        archives.append(f"{environment.packed_environment(settings.spark.python_packages)}#{environment.ALIAS}")
+        os.environ["PYSPARK_PYTHON"] = environment.EXECUTOR_PYTHON
+    elif os.environ.get("PYSPARK_PYTHON") == _executor_python():
+        os.environ["PYSPARK_PYTHON"] = sys.executable  # an earlier shipped session's: not this one's
+    python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    driver_python = os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     loopback = not storage.is_multi_host(master)
     if loopback:
         # Bind the driver to loopback: no external interface is needed or wanted locally. With a
@@ -192,7 +209,8 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
         # One executor per worker with 1g; spark.cores.max stays unset, so the app takes every free
         # core. The local jar paths in spark.jars are served to executors by the driver.
         builder = builder.config("spark.executor.memory", "1g")
-    user_conf = dict(settings.spark.conf)
+    if archives:
+        builder = builder.config("spark.archives", ",".join(archives))
     options = [f"-Dlog4j2.configurationFile=file:{log4j}", java_options]
     if local and SparkContext._gateway is None:
         options.append(class_archive.java_options(jars))  # none yet while it is being built

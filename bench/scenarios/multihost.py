@@ -1,0 +1,165 @@
+"""``multihost``: what running beyond one machine costs — shared storage, a second host, a shipped
+Python environment. Every side is the ``streamling`` CLI as a user runs it (fresh process), timed
+from its own log: ``epoch N finalized`` lines carry the driver's clock.
+
+- **checkpoint on HDFS vs local disk**: generate (40 epochs of 1,000 rows, as fast as it goes) →
+  SQL → blackhole on ``local[2]``, ``state_dir`` on the local disk or on the HDFS of
+  ``fixtures/services/up hdfs``. Seconds per epoch = (last finalized − first finalized) / epochs
+  between them: the offsets and commit files, ``flow.json`` and the planned-offsets read per epoch.
+- **two hosts vs local[2]**: generate (8 epochs of 50,000 rows) → SQL → append-only Delta on HDFS,
+  checkpoints on HDFS, on ``local[2]`` and on the two-host cluster of ``up spark_multihost`` (worker
+  a here, worker b in its own network and mount namespaces). Rows/s over the epochs after the first.
+  The machine has 2 cores: both "hosts" share them with the driver and HDFS, so the ratio shows the
+  cost of distribution, not scaling.
+- **cold start, shipped environment vs same path**: on the loopback cluster of ``up spark`` (both
+  workers on this host, so the same-path start works there), a one-epoch pipeline whose SQL calls a
+  Python UDF (executors must start Python workers with streamling and pyarrow): process launch → first
+  epoch finalized and → exit, with ``spark.python_environment: shipped`` (the packed archive is
+  cached: it is fetched and unpacked by each executor) and ``local`` (executors run the driver's
+  interpreter by path). The one-off pack of the archive is timed separately with an empty cache.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from scenarios.common import (
+    VENV_BIN,
+    Options,
+    ScenarioResult,
+    Side,
+    ensure_services,
+    interleaved,
+    log,
+    paired_ratio,
+    temp_dir,
+)
+
+NAME = "multihost"
+TIMEOUT_SECS = 600
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO streamling: flow \S+: epoch (\d+) finalized "
+                    r"\((\d+) input rows\)", re.M)
+HDFS_CLIENT = {"spark.hadoop.dfs.replication": "1",
+               "spark.hadoop.dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "20"}
+
+
+def _pipeline(rows: int, per_epoch: int, sql: str, sink: str) -> str:
+    return (f"sources:\n  orders: {{type: generate, rows: {rows}, rows_per_batch: {per_epoch}}}\n"
+            f"transforms:\n  shaped: {{type: sql, sql: \"{sql}\"}}\n"
+            f"sinks:\n  out: {sink}\n")
+
+
+def run_cli(pipeline: str, conf: dict[str, str], settings: dict[str, str]) -> dict[str, Any]:
+    """One CLI run in a fresh folder; figures from its log's finalized epochs."""
+    with temp_dir(NAME) as work:
+        (work / "pipeline.yaml").write_text(pipeline)
+        env = {**os.environ, "STREAMLING__ADMIN_API_PORT": "0",
+               "STREAMLING__APPLICATION_ID": f"bench_{uuid.uuid4().hex[:8]}",
+               **{f"STREAMLING__{k.upper().replace('.', '__')}": v for k, v in settings.items()},
+               **{f"STREAMLING__SPARK__CONF__{k}": v for k, v in conf.items()}}
+        launched = time.time()
+        with (work / "stderr.txt").open("w") as err:
+            code = subprocess.run([str(VENV_BIN / "streamling"), "pipeline.yaml"], cwd=work, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=err, timeout=TIMEOUT_SECS).returncode
+        ended = time.time()
+        text = (work / "stderr.txt").read_text(errors="replace")
+    if code != 0:
+        raise RuntimeError(f"streamling exited {code}:\n{text[-2000:]}")
+    epochs = [(dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp(), int(m.group(3)))
+              for m in _STAMP.finditer(text)]
+    out: dict[str, Any] = {"exit_secs": ended - launched, "epochs": len(epochs)}
+    if epochs:
+        out["first_epoch_secs"] = epochs[0][0] - launched
+    if len(epochs) > 1:
+        span = epochs[-1][0] - epochs[0][0]
+        out["secs_per_epoch"] = span / (len(epochs) - 1)
+        out["rows_per_sec"] = sum(r for _, r in epochs[1:]) / span if span > 0 else float("nan")
+    return out
+
+
+def _pack_secs() -> float:
+    """The archive's one-off pack, with an empty cache (what the first job of a new environment pays)."""
+    with tempfile.TemporaryDirectory(prefix="streamling-bench-pack-") as cache:
+        code = ("import time; t = time.perf_counter(); from streamling.runtime import environment; "
+                "p = environment.packed_environment(); print(time.perf_counter() - t, p.stat().st_size)")
+        out = subprocess.run([str(VENV_BIN / "python"), "-c", code], env={**os.environ, "STREAMLING_CACHE_DIR": cache},
+                             capture_output=True, text=True, check=True).stdout.split()
+    log(f"  packed environment: {float(out[0]):.2f} s, {int(out[1]) / 1e6:.0f} MB")
+    return float(out[0])
+
+
+def run(options: Options) -> ScenarioResult:
+    why = ensure_services("hdfs", "spark_multihost", "spark", present=(
+        "STREAMLING_TEST_HDFS_URL", "STREAMLING_TEST_MULTIHOST_MASTER", "STREAMLING_TEST_SPARK_MASTER"))
+    sides = {n: Side(n) for n in ("ckpt_local", "ckpt_hdfs", "local2_delta", "twohost_delta", "cold_local",
+                                  "cold_shipped")}
+    if why:
+        return ScenarioResult(NAME, {}, sides, skipped=why)
+    hdfs = os.environ["STREAMLING_TEST_HDFS_URL"]
+    base = f"{hdfs}/bench/{uuid.uuid4().hex[:8]}"
+    driver = os.environ["STREAMLING_TEST_MULTIHOST_DRIVER_HOST"]
+    cluster = {"spark.driver.host": driver, "spark.driver.bindAddress": driver}
+    local2 = {"spark__master": "local[2]"}
+
+    def state(kind: str) -> str:
+        return f"{base}/{kind}/{uuid.uuid4().hex[:8]}"
+
+    blackhole = _pipeline(40_000, 1_000, "SELECT id, customer, amount * quantity AS total FROM orders",
+                          "{type: blackhole, from: shaped}")
+    interleaved(options.runs, {
+        "ckpt_local": lambda: run_cli(blackhole, {}, {**local2, "state_dir": tempfile.mkdtemp(prefix="sl-ckpt-")}),
+        "ckpt_hdfs": lambda: run_cli(blackhole, HDFS_CLIENT, {**local2, "state_dir": state("ckpt")}),
+    }, sides, log)
+
+    def delta(settings: dict[str, str], conf: dict[str, str]) -> dict[str, Any]:
+        lake = state("lake")
+        text = _pipeline(400_000, 50_000, "SELECT id, customer, country, amount * quantity AS total FROM orders",
+                         f"{{type: delta, from: shaped, path: {lake}}}")
+        return run_cli(text, {**HDFS_CLIENT, **conf}, {**settings, "state_dir": state("ckpt")})
+
+    interleaved(options.runs, {
+        "local2_delta": lambda: delta(local2, {}),
+        "twohost_delta": lambda: delta({"spark__master": os.environ["STREAMLING_TEST_MULTIHOST_MASTER"]}, cluster),
+    }, sides, log)
+
+    udf = _pipeline(2_000, 2_000, "SELECT id, _gs_xxhash(customer) AS h FROM orders",
+                    "{type: blackhole, from: shaped}")
+    loopback = {"spark__master": os.environ["STREAMLING_TEST_SPARK_MASTER"]}
+    interleaved(options.runs, {
+        "cold_local": lambda: run_cli(udf, {}, {**loopback, "spark__python_environment": "local",
+                                                "state_dir": tempfile.mkdtemp(prefix="sl-cold-")}),
+        "cold_shipped": lambda: run_cli(udf, {}, {**loopback, "spark__python_environment": "shipped",
+                                                  "state_dir": tempfile.mkdtemp(prefix="sl-cold-")}),
+    }, sides, log)
+    pack = _pack_secs()
+
+    s = sides
+    result = ScenarioResult(NAME, {"runs": options.runs, "hdfs": hdfs}, sides)
+    result.figures = {
+        "checkpoint local: s/epoch": (s["ckpt_local"].median("secs_per_epoch"), "s"),
+        "checkpoint hdfs: s/epoch": (s["ckpt_hdfs"].median("secs_per_epoch"), "s"),
+        "delta local[2]": (s["local2_delta"].median("rows_per_sec"), "rows/s"),
+        "delta two hosts": (s["twohost_delta"].median("rows_per_sec"), "rows/s"),
+        "cold same-path: first epoch": (s["cold_local"].median("first_epoch_secs"), "s"),
+        "cold shipped: first epoch": (s["cold_shipped"].median("first_epoch_secs"), "s"),
+        "cold same-path: exit": (s["cold_local"].median("exit_secs"), "s"),
+        "cold shipped: exit": (s["cold_shipped"].median("exit_secs"), "s"),
+        "pack (empty cache, once)": (pack, "s"),
+    }
+    result.ratios = {
+        "hdfs/local s per epoch": paired_ratio(s["ckpt_hdfs"], s["ckpt_local"], "secs_per_epoch", False) ** -1,
+        "two hosts/local[2] rows/s": paired_ratio(s["twohost_delta"], s["local2_delta"], "rows_per_sec"),
+        "shipped/same-path first epoch": paired_ratio(s["cold_shipped"], s["cold_local"], "first_epoch_secs",
+                                                      False) ** -1,
+    }
+    result.notes.append("ratios: hdfs/local and shipped/same-path are cost multiples (1.0 = no cost, higher = "
+                        "slower); two hosts/local[2] is throughput (higher = faster)")
+    return result

@@ -1,0 +1,121 @@
+"""The ``streamling`` CLI on a cluster of two hosts, with its checkpoints and its Delta table on HDFS.
+
+Executors on host B have nothing of ours installed: they run the job's packed Python environment,
+shipped with the application. Worker b is SIGKILLed mid-stream (its tasks rerun on host A), then the
+driver is SIGKILLed and started again from the checkpoint on HDFS: the table ends with every id once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from services import start_services
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+ROWS = 8_000  # 1,000 per epoch at 1,000 rows/s: about 8 epochs
+
+PIPELINE = """
+sources:
+  orders: {{type: generate, rows: {rows}, rows_per_batch: 1000, rows_per_second: 1000, primary_key: id}}
+transforms:
+  shaped:
+    type: sql
+    # _gs_xxhash is a Python (Arrow) UDF: executors on host B need pyarrow, xxhash and streamling
+    sql: SELECT id, customer, country, amount * quantity AS total, _gs_xxhash(customer) AS h FROM orders
+sinks:
+  lake: {{type: delta, from: shaped, path: {lake}}}
+"""
+
+
+def _cli_env(two_hosts: dict[str, str], name: str, state: str) -> dict[str, str]:
+    driver = two_hosts["STREAMLING_TEST_MULTIHOST_DRIVER_HOST"]
+    return {**os.environ, "STREAMLING__SPARK__MASTER": two_hosts["STREAMLING_TEST_MULTIHOST_MASTER"],
+            "STREAMLING__APPLICATION_ID": name, "STREAMLING__STATE_DIR": state,
+            "STREAMLING__SPARK__CONF__spark.app.name": name,
+            "STREAMLING__SPARK__CONF__spark.driver.host": driver,
+            "STREAMLING__SPARK__CONF__spark.driver.bindAddress": driver,
+            # One DataNode: files keep one copy, and a block's close need not back off 400 ms
+            # waiting for a report that a single DataNode sends late.
+            "STREAMLING__SPARK__CONF__spark.hadoop.dfs.replication": "1",
+            "STREAMLING__SPARK__CONF__spark.hadoop.dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "20",
+            "STREAMLING__ADMIN_API_PORT": "0"}
+
+
+def _finalized(log: Path) -> int:
+    return len(re.findall(r"epoch \d+ finalized", log.read_text(errors="replace")))
+
+
+def _wait_for(proc: subprocess.Popen[bytes], log: Path, epochs: int, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while _finalized(log) < epochs:
+        assert proc.poll() is None, f"the CLI exited early:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"fewer than {epochs} epochs after {timeout} s:\n{log.read_text()[-3000:]}"
+        time.sleep(0.2)
+
+
+def _host_b_executors(state: Path, app_name: str, since: float) -> list[Path]:
+    """Executor folders of this test's applications in worker b's work dir (host B's own disk)."""
+    work = state / "hostb" / "work"
+    found = []
+    for app in work.glob("app-*") if work.exists() else []:
+        if app.stat().st_mtime < since:
+            continue
+        for executor in app.iterdir():
+            stderr = executor / "stderr"
+            if stderr.exists() and app_name in stderr.read_text(errors="replace"):
+                found.append(executor)
+    return found
+
+
+def test_two_hosts_lose_a_worker_and_the_driver_and_keep_every_row_once(
+        tmp_path: Path, two_hosts: dict[str, str], spark: Any, unique_name: str) -> None:
+    hdfs = two_hosts["STREAMLING_TEST_HDFS_URL"]
+    lake = f"{hdfs}/tests/{unique_name}/lake"
+    state = f"{hdfs}/tests/{unique_name}/state"
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(PIPELINE.format(rows=ROWS, lake=lake))
+    env = _cli_env(two_hosts, unique_name, state)
+    cli = str(Path(sys.executable).with_name("streamling"))
+    worker_b = Path(two_hosts["STREAMLING_TEST_MULTIHOST_WORKER_B_PIDFILE"])
+    started = time.time()
+    first_log, second_log = tmp_path / "driver1.log", tmp_path / "driver2.log"
+    try:
+        with first_log.open("w") as log:
+            first = subprocess.Popen([cli, str(pipeline)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                     stderr=log, start_new_session=True)
+            _wait_for(first, first_log, 2)
+            os.kill(int(worker_b.read_text()), signal.SIGKILL)  # host B goes away mid-stream
+            _wait_for(first, first_log, 3)
+            os.killpg(first.pid, signal.SIGKILL)  # and then the driver, between or inside an epoch
+            first.wait(timeout=30)
+        start_services("spark_multihost")  # host B's worker comes back
+        with second_log.open("w") as log:
+            code = subprocess.run([cli, str(pipeline)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=log, timeout=400, start_new_session=True).returncode
+        out = second_log.read_text()
+        assert code == 0, out[-3000:]
+        assert "pipeline finished" in out and "Traceback" not in out, out[-3000:]
+    finally:
+        start_services("spark_multihost")
+
+    # Executors on host B ran the shipped environment: nothing of ours is installed there.
+    executors = _host_b_executors(Path(two_hosts["STREAMLING_TEST_MULTIHOST_STATE"]), unique_name, started)
+    assert executors, "no executor of this test ran on host B"
+    assert any((e / "streamling_env" / "bin" / "python").exists() for e in executors)
+
+    # The table, read by a fresh session of this process: every id once, the right values.
+    table = spark.read.format("delta").load(lake)
+    count, distinct, low, high = table.selectExpr("count(*)", "count(DISTINCT id)", "min(id)", "max(id)").first()
+    assert (count, distinct, low, high) == (ROWS, ROWS, 0, ROWS - 1)
+    import xxhash
+
+    pairs = {(r.customer, r.h) for r in table.select("customer", "h").distinct().collect()}
+    assert pairs == {(c, xxhash.xxh3_128_hexdigest(c.encode())) for c, _ in pairs}
