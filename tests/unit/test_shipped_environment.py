@@ -42,7 +42,7 @@ def test_masters_that_span_hosts_ship_the_environment_by_default() -> None:
 def _launcher(tmp_path: Path, minor: str) -> Path:
     script = tmp_path / "env" / "bin" / "python"
     script.parent.mkdir(parents=True)
-    script.write_text(environment._LAUNCHER.format(minor=minor, full=f"{minor}.7"))
+    script.write_text(environment._LAUNCHER.format(minor=minor, full=f"{minor}.7", marker=environment._MARKER))
     script.chmod(0o755)
     (tmp_path / "env" / "site-packages").mkdir()
     (tmp_path / "env" / "site-packages" / "shipped_probe.py").write_text("WHERE = 'archive'\n")
@@ -65,5 +65,18 @@ def test_a_worker_without_that_python_fails_naming_both_versions(tmp_path: Path)
                           text=True)
     assert proc.returncode == 1
     assert "has no Python 3.99" in proc.stderr and "but the driver runs Python 3.99.7" in proc.stderr
-    assert f"python3 is {sys.version_info[0]}." in proc.stderr or "none found" in proc.stderr
+    assert f"(python3 is {sys.version_info[0]}." in proc.stderr or "(none found)" in proc.stderr
+    assert f"worker host {os.uname().nodename} has" in proc.stderr
     assert "spark.executorEnv.STREAMLING_WORKER_PYTHON" in proc.stderr
+    # what the driver makes of it once Spark passed the worker's stderr on inside a task failure
+    error = environment.worker_failure(f"org.apache.spark.SparkException: Job aborted\\n{proc.stderr}\\n\\tat x")
+    assert error is not None and not error.retriable and error.headline().startswith(
+        "executors cannot start Python: worker host ")
+    assert "has no Python 3.99" in error.headline() and "\\tat" not in error.headline()
+
+
+def test_the_launcher_needs_no_tool_beyond_the_shell(tmp_path: Path) -> None:
+    script = _launcher(tmp_path, f"{sys.version_info[0]}.{sys.version_info[1]}")
+    proc = subprocess.run(["/bin/sh", str(script), "-c", "print(1)"], capture_output=True, text=True,
+                          env={"PATH": "/nonexistent", "STREAMLING_WORKER_PYTHON": sys.executable})
+    assert proc.stdout.strip() == "1", proc.stderr

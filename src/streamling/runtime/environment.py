@@ -23,6 +23,7 @@ import importlib.metadata as md
 import importlib.util
 import logging
 import os
+import re
 import stat
 import sys
 import threading
@@ -31,6 +32,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from packaging.requirements import Requirement
+
+from streamling.errors import StreamlingError
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,8 @@ _SKIP_PREFIXES = ("pyspark/jars/", "pyarrow/include/", "pyarrow/src/")
 #: one fails the task with a message naming both versions (Spark passes a worker's stderr on).
 _LAUNCHER = """#!/bin/sh
 # Spark runs this as the executors' Python: the job's packages from this archive, a host's Python.
-here=$(cd "$(dirname "$0")/.." && pwd)
+case "$0" in */*) bin=${{0%/*}} ;; *) bin=. ;; esac
+here=$(cd "$bin/.." && pwd)
 want={minor}
 seen=""
 for py in "${{STREAMLING_WORKER_PYTHON:-}}" python{minor} python3 python; do
@@ -59,12 +63,33 @@ for py in "${{STREAMLING_WORKER_PYTHON:-}}" python{minor} python3 python; do
     export PYTHONPATH
     exec "$py" "$@"
   fi
-  seen="$seen $py is $got;"
+  seen="$seen${{seen:+, }}$py is $got"
 done
-echo "streamling: worker host $(hostname) has no Python $want (${{seen:- none found}}) but the driver runs Python \
+host=unknown
+read -r host </proc/sys/kernel/hostname 2>/dev/null
+echo "{marker} $host has no Python $want (${{seen:-none found}}) but the driver runs Python \
 {full}: install Python $want on every worker, or point spark.executorEnv.STREAMLING_WORKER_PYTHON at one" >&2
 exit 1
 """
+
+
+#: how the launcher's complaint starts (``worker_failure`` finds it in a failed task's text)
+_MARKER = "streamling: worker host"
+_NO_PYTHON = re.compile(re.escape(_MARKER) + r" .*?(?=\\n|\n|$)")
+
+
+def worker_failure(text: str) -> StreamlingError | None:
+    """A failed task's text (a Spark exception chain) → what the worker lacks, in the launcher's own
+    words: executors could not start the job's Python. Terminal: only installing fixes it."""
+    found = _NO_PYTHON.search(text)
+    if found is not None:
+        line = found.group(0).removeprefix("streamling: ").strip()
+        return StreamlingError(f"executors cannot start Python: {line}", code="worker_python")
+    if f"Cannot run program \"{EXECUTOR_PYTHON}\"" in text:
+        return StreamlingError(f"executors cannot run {EXECUTOR_PYTHON} from the shipped environment",
+                               code="worker_python", hint="check that the workers' disk allows running "
+                               "programs from Spark's work folder (not mounted noexec)")
+    return None
 
 
 def _norm(name: str) -> str:
@@ -165,8 +190,6 @@ def packed_environment(extra_packages: Iterable[str] = ()) -> Path:
     dists = _closure(["streamling", *_plugin_distributions(), *extra_packages])
     missing = [p for p in extra_packages if _norm(p) not in {_norm(d.metadata["Name"] or "") for d in dists}]
     if missing:
-        from streamling.errors import StreamlingError
-
         raise StreamlingError(f"spark.python_packages names {missing}, which are not installed in this Python "
                               f"({sys.executable})", code="python_package_missing",
                               hint="pip install them here, or remove them from spark.python_packages")
@@ -194,7 +217,7 @@ def _write(path: Path, members: list[tuple[Path, str]]) -> None:
     between hosts once per application, on the cluster's own network). Zip, because Spark unpacks a
     zip keeping each file's mode — the launcher must stay executable — and a ``.tar`` without it."""
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    launcher = _LAUNCHER.format(minor=minor, full=sys.version.split()[0]).encode()
+    launcher = _LAUNCHER.format(minor=minor, full=sys.version.split()[0], marker=_MARKER).encode()
     seen: set[str] = set()
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
         info = zipfile.ZipInfo("bin/python")

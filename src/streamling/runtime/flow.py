@@ -21,6 +21,7 @@ from streamling import storage
 from streamling.errors import StreamlingError, chain_text, java_message, node_failure_from_text
 from streamling.runtime import events as ev
 from streamling.runtime import expectations
+from streamling.runtime.environment import worker_failure
 from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import Epoch, Sink, Source, Transform
 from streamling.runtime.observe import EVENT_TIME_MAX, INPUT, RECEIVED, ROWS, EpochObservations
@@ -630,7 +631,9 @@ class FlowRunner:
         except StreamlingError:
             raise
         except Exception as exc:
-            named = node_failure_from_text(chain_text(exc))  # an executor-side node said what failed
+            text = chain_text(exc)
+            # an executor-side node said what failed, or executors could not start Python at all
+            named = node_failure_from_text(text) or worker_failure(text)
             if named is not None:
                 raise named from exc
             raise sink.ctx.error(f"writing epoch {epoch.epoch_id} failed: {java_message(exc)}",

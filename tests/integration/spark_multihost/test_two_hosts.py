@@ -119,3 +119,22 @@ def test_two_hosts_lose_a_worker_and_the_driver_and_keep_every_row_once(
 
     pairs = {(r.customer, r.h) for r in table.select("customer", "h").distinct().collect()}
     assert pairs == {(c, xxhash.xxh3_128_hexdigest(c.encode())) for c, _ in pairs}
+
+
+def test_workers_without_the_drivers_python_fail_the_first_task_naming_both_versions(
+        tmp_path: Path, two_hosts: dict[str, str], unique_name: str) -> None:
+    hdfs = two_hosts["STREAMLING_TEST_HDFS_URL"]
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(PIPELINE.format(rows=100, lake=f"{hdfs}/tests/{unique_name}/lake"))
+    # Executors find no python3.11 on this PATH (their Java is started by absolute path).
+    env = {**_cli_env(two_hosts, unique_name, f"{hdfs}/tests/{unique_name}/state"),
+           "STREAMLING__SPARK__CONF__spark.executorEnv.PATH": "/nonexistent"}
+    proc = subprocess.run([str(Path(sys.executable).with_name("streamling")), str(pipeline)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    error = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert error and re.search(rf"executors cannot start Python: worker host \S+ has no Python {minor} \(none found\) "
+                               rf"but the driver runs Python {re.escape(sys.version.split()[0])}: install Python "
+                               rf"{minor} on every worker", error[-1]), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
