@@ -127,9 +127,36 @@ def build(bundle: Bundle) -> dict[str, dict[str, TaskBuild]]:
                 continue
             tb.application_id = tb.compiled.application_id or str(
                 bundle.target.config.get("application_id") or default_application_id(bundle.name, job.key, task.key))
+            problems.extend(_cluster_problems(bundle, tb))
     if problems:
         raise ValidationError(problems)
     return builds
+
+
+def _cluster_problems(bundle: Bundle, tb: TaskBuild) -> list[StreamlingError]:
+    """On a target whose master spans hosts: what the task's driver would refuse at start (paths each
+    host would resolve on its own disk, the SQLite state backend), found at deploy instead, before
+    anything changes. The task's settings are the target's, as its driver loads them."""
+    from streamling import storage
+    from streamling.config import load_settings
+    from streamling.runtime.planner import build_plan
+    from streamling.spec import parse_pipeline
+
+    master = str((bundle.target.config.get("spark") or {}).get("master") or "")
+    notebook = tb.task.notebook_path
+    if tb.compiled is None or notebook is None or not storage.is_multi_host(master):
+        return []
+    where = f"task '{tb.task.key}' of job '{tb.job.key}' on target '{bundle.target.name}'"
+    overrides = {**bundle.target.config, "application_id": tb.application_id}
+    overrides.setdefault("state_dir", str(Workspace(bundle.target.root_path).state_dir))
+    try:
+        settings = load_settings(tb.compiled.config_name, cwd=notebook.parent, overrides=overrides)
+        build_plan(parse_pipeline(tb.compiled.to_yaml(), source=notebook.name), settings, dry_run=True)
+    except ValidationError as exc:
+        return [p.add_context(f"checking {where} for a cluster of several hosts") for p in exc.problems]
+    except StreamlingError as exc:
+        return [exc.add_context(f"checking {where} for a cluster of several hosts")]
+    return []
 
 
 def source_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

@@ -102,8 +102,11 @@ def _definition(ws: Any, version: int, job_key: str, task_key: str, params: dict
     # Relative paths in the notebook resolve in its folder of the synced files, as on Databricks.
     cwd = Path(deployment["file_path"]) / Path(task["notebook_path"]).parent
     cwd.mkdir(parents=True, exist_ok=True)
-    overrides = deep_merge(deployment.get("config") or {}, {
-        "application_id": task["application_id"], "state_dir": deployment["state_dir"]})
+    config = deployment.get("config") or {}
+    # Checkpoints go under the target root unless the target names shared storage for them
+    # (``config: {state_dir: hdfs://…}``), as a CLI task's do (see ``run_task``).
+    overrides = deep_merge(config, {"application_id": task["application_id"],
+                                    "state_dir": config.get("state_dir") or deployment["state_dir"]})
     if compiled.run.get("rows"):
         overrides["num_records_before_stop"] = int(compiled.run["rows"])
     settings = load_settings(compiled.config_name, cwd=cwd, overrides=overrides)
