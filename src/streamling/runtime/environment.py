@@ -4,7 +4,7 @@ Python workers on a cluster's executors import streamling, pyarrow and every plu
 uses. A worker host should need nothing of ours beforehand — only Java, Spark and a Python of the
 driver's minor version — so the driver packs what the job imports into one archive and Spark ships
 it with the application (``spark.archives``, unpacked in each executor's working folder); the
-executors' Python is that archive's launcher, ``./streamling_env/bin/python``.
+executors' Python is that archive's launcher, ``./streamling_env/bin/streamling-python``.
 
 What is packed is the closure of the runtime requirements of ``streamling``, of every installed
 plugin distribution (entry-point group ``streamling.plugins``) and of ``spark.python_packages``:
@@ -39,8 +39,16 @@ log = logging.getLogger(__name__)
 
 #: the folder the archive is unpacked into, in each executor's working folder
 ALIAS = "streamling_env"
-#: the executors' Python: the archive's launcher, relative to the executor's working folder
-EXECUTOR_PYTHON = f"./{ALIAS}/bin/python"
+#: the Python every Python function of the job names (PySpark's ``PYSPARK_PYTHON``). A bare name,
+#: found on each side's PATH: executors put the archive's ``bin`` (relative to their working folder)
+#: first on theirs, the driver a folder whose ``streamling-python`` runs the driver's own
+#: interpreter — the driver JVM starts Python too, to plan Python data sources, in its own working
+#: folder, where no archive is unpacked.
+EXECUTOR_PYTHON = "streamling-python"
+#: the executors' PATH entry for the archive's launcher
+EXECUTOR_PATH = f"./{ALIAS}/bin"
+#: where the executors' PATH continues (where a worker's Python is usually installed)
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _LOCK = threading.Lock()
 _SKIP_DIRS = {"__pycache__", "tests", "test"}
 _SKIP_PREFIXES = ("pyspark/jars/", "pyarrow/include/", "pyarrow/src/")
@@ -87,9 +95,27 @@ def worker_failure(text: str) -> StreamlingError | None:
         return StreamlingError(f"executors cannot start Python: {line}", code="worker_python")
     if f"Cannot run program \"{EXECUTOR_PYTHON}\"" in text:
         return StreamlingError(f"executors cannot run {EXECUTOR_PYTHON} from the shipped environment",
-                               code="worker_python", hint="check that the workers' disk allows running "
-                               "programs from Spark's work folder (not mounted noexec)")
+                               code="worker_python", hint=f"keep {EXECUTOR_PATH} first on spark.executorEnv.PATH, "
+                               "and check that the workers' disk allows running programs from Spark's work folder")
     return None
+
+
+def driver_python_dir() -> Path:
+    """A folder holding ``streamling-python`` for this driver: it runs this very interpreter. Put
+    first on the driver's PATH before its JVM starts (see ``EXECUTOR_PYTHON``)."""
+    from streamling.runtime.session import cache_dir
+
+    digest = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
+    folder = cache_dir() / "driver-python" / digest
+    shim = folder / EXECUTOR_PYTHON
+    text = f'#!/bin/sh\nexec "{sys.executable}" "$@"\n'
+    if not shim.exists() or shim.read_text() != text:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{EXECUTOR_PYTHON}.{os.getpid()}"
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        tmp.replace(shim)
+    return folder
 
 
 def _norm(name: str) -> str:
@@ -220,7 +246,7 @@ def _write(path: Path, members: list[tuple[Path, str]]) -> None:
     launcher = _LAUNCHER.format(minor=minor, full=sys.version.split()[0], marker=_MARKER).encode()
     seen: set[str] = set()
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
-        info = zipfile.ZipInfo("bin/python")
+        info = zipfile.ZipInfo(f"bin/{EXECUTOR_PYTHON}")
         info.external_attr = (stat.S_IFREG | 0o755) << 16
         archive.writestr(info, launcher)
         for source, rel in members:

@@ -165,19 +165,25 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
     jars = driver_jars()
     log4j = Path(str(resources.files("streamling.runtime").joinpath("log4j2.properties")))
     # Python workers, here and on a cluster's executors, must run this interpreter (the venv with
-    # streamling), not whatever ``python3`` is first on PATH. PySpark's Python side reads the
-    # environment, the JVM side (e.g. planning Python data sources) spark.pyspark.python: both agree.
+    # streamling), not whatever ``python3`` is first on PATH. PySpark fixes the program every Python
+    # function names from PYSPARK_PYTHON when the context starts (``spark.pyspark.python`` does not
+    # choose it in classic PySpark), and the driver JVM runs that program too (Python data sources).
     master = settings.spark.master
     local = master.startswith("local")
     user_conf = dict(settings.spark.conf)
     archives = [a for a in [user_conf.pop("spark.archives", "")] if a]
     if settings.spark.ships_environment() and not local:
         # Executors run the job's packed environment (see ``environment``): PySpark sends the
-        # path in PYSPARK_PYTHON with every Python function, relative to each executor's folder.
+        # name in PYSPARK_PYTHON with every Python function; each side finds it on its PATH.
         from streamling.runtime import environment
 
         archives.append(f"{environment.packed_environment(settings.spark.python_packages)}#{environment.ALIAS}")
         os.environ["PYSPARK_PYTHON"] = environment.EXECUTOR_PYTHON
+        shim = str(environment.driver_python_dir())
+        if os.environ.get("PATH", "").split(os.pathsep)[0] != shim:
+            os.environ["PATH"] = os.pathsep.join([shim, os.environ.get("PATH", "")])
+        theirs = user_conf.pop("spark.executorEnv.PATH", environment.SYSTEM_PATH)
+        user_conf["spark.executorEnv.PATH"] = os.pathsep.join([environment.EXECUTOR_PATH, theirs])
     elif os.environ.get("PYSPARK_PYTHON") == _executor_python():
         os.environ["PYSPARK_PYTHON"] = sys.executable  # an earlier shipped session's: not this one's
     python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -33,6 +33,11 @@ transforms:
 sinks:
   lake: {{type: delta, from: shaped, path: {lake}}}
 """
+#: a second flow: a Python data source, planned by Python in the driver's JVM, read on executors
+PLUGIN_FLOW = """
+  plugged: {{type: basic_plugin.random_source, max_rows: {rows}, record_batch_size: 1000}}
+  random_lake: {{type: delta, from: plugged, path: {lake}_random}}
+"""
 
 
 def _cli_env(two_hosts: dict[str, str], name: str, state: str) -> dict[str, str]:
@@ -50,7 +55,7 @@ def _cli_env(two_hosts: dict[str, str], name: str, state: str) -> dict[str, str]
 
 
 def _finalized(log: Path) -> int:
-    return len(re.findall(r"epoch \d+ finalized", log.read_text(errors="replace")))
+    return len(re.findall(r"flow orders: epoch \d+ finalized", log.read_text(errors="replace")))
 
 
 def _wait_for(proc: subprocess.Popen[bytes], log: Path, epochs: int, timeout: float = 240) -> None:
@@ -81,7 +86,10 @@ def test_two_hosts_lose_a_worker_and_the_driver_and_keep_every_row_once(
     lake = f"{hdfs}/tests/{unique_name}/lake"
     state = f"{hdfs}/tests/{unique_name}/state"
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(PIPELINE.format(rows=ROWS, lake=lake))
+    text = PIPELINE.format(rows=ROWS, lake=lake)
+    source, sink = PLUGIN_FLOW.format(rows=ROWS, lake=lake).strip("\n").splitlines()
+    text = text.replace("transforms:\n", f"{source}\ntransforms:\n").replace("sinks:\n", f"sinks:\n{sink}\n")
+    pipeline.write_text(text)
     env = _cli_env(two_hosts, unique_name, state)
     cli = str(Path(sys.executable).with_name("streamling"))
     worker_b = Path(two_hosts["STREAMLING_TEST_MULTIHOST_WORKER_B_PIDFILE"])
@@ -109,12 +117,14 @@ def test_two_hosts_lose_a_worker_and_the_driver_and_keep_every_row_once(
     # Executors on host B ran the shipped environment: nothing of ours is installed there.
     executors = _host_b_executors(Path(two_hosts["STREAMLING_TEST_MULTIHOST_STATE"]), unique_name, started)
     assert executors, "no executor of this test ran on host B"
-    assert any((e / "streamling_env" / "bin" / "python").exists() for e in executors)
+    assert any((e / "streamling_env" / "bin" / "streamling-python").exists() for e in executors)
 
     # The table, read by a fresh session of this process: every id once, the right values.
     table = spark.read.format("delta").load(lake)
     count, distinct, low, high = table.selectExpr("count(*)", "count(DISTINCT id)", "min(id)", "max(id)").first()
     assert (count, distinct, low, high) == (ROWS, ROWS, 0, ROWS - 1)
+    random = spark.read.format("delta").load(f"{lake}_random")
+    assert random.selectExpr("count(*)", "count(DISTINCT alphanumeric_field)").first() == (ROWS, ROWS)
     import xxhash
 
     pairs = {(r.customer, r.h) for r in table.select("customer", "h").distinct().collect()}
