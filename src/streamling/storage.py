@@ -234,7 +234,8 @@ _TERMINAL = ("AccessDeniedException", "UnknownStoreException", "NoSuchBucket", "
              "InvalidAccessKeyId", "SignatureDoesNotMatch", "UnsupportedFileSystemException",
              "No FileSystem for scheme")
 #: ... and of one that is briefly away: the flow's retry policy applies
-_TRANSIENT = ("ConnectException", "Connection refused", "SocketTimeoutException", "UnknownHostException",
+_TRANSIENT = ("ConnectException", "Connection refused", "Connection reset", "SocketException", "Broken pipe",
+              "SocketTimeoutException", "UnknownHostException",
               "NoRouteToHostException", "EOFException", "ConnectTimeoutException", "RetriableException",
               "SafeModeException", "AWSClientIOException", "SdkClientException")
 
@@ -247,7 +248,8 @@ def storage_error(exc: BaseException, action: str, path: str) -> StreamlingError
     from streamling.errors import chain_text, java_message
 
     text = chain_text(exc)
-    what = java_message(exc)
+    java = getattr(exc, "java_exception", None)  # py4j's own first line names only the JVM call
+    what = java_message(java) if java is not None else java_message(exc)
     what = re.sub(r"(?i)((?:secret|access)[._-]?key|token|password)=\S+", rf"\1={MASK}", what)
     where = f"cannot {action} {path}: {what}"
     if any(marker in text for marker in _TERMINAL):

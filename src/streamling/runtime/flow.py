@@ -161,6 +161,10 @@ class FlowRunner:
         self._gate = threading.Lock()
         self._closing = False
         self.refused_epoch: int | None = None
+        #: restarts after transient failures of the query itself (``PipelineRun``), counted since
+        #: the epoch ``outage_epoch`` was the last one finalized
+        self.outage_attempts = 0
+        self.outage_epoch: int | None = None
         self._raw: dict[str, DataFrame] = {}
         # Input rows of epochs that were retried, counted once on the cached batch: Spark's
         # numInputRows adds up every re-execution of the batch's plan.

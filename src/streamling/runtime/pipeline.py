@@ -8,15 +8,17 @@ import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
+from streamling import storage
 from streamling.config import Settings
-from streamling.errors import StreamlingError, java_message
+from streamling.errors import StreamlingError, chain_text, java_message, node_failure_from_text
 from streamling.runtime import events as ev
 from streamling.runtime.flow import FlowRunner
 from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import Transform
 from streamling.runtime.planner import Plan, analyze, build_plan
-from streamling.runtime.retry import STOPPED, clear_stop
+from streamling.runtime.retry import STOPPED, backoff_delay, backoff_wait, clear_stop
 from streamling.runtime.retry import request_stop as stop_retries
 from streamling.spec.pipeline import PipelineSpec
 
@@ -175,6 +177,9 @@ class PipelineRun:
                 failed = [r for r in self.runners if r.failure is not None or
                           (r.query is not None and not r.query.isActive and r.query.exception() is not None
                            and r.refused_epoch is None)]  # refused while stopping: a clean stop
+                restarted = [r for r in failed if self._restarted_after_outage(r)]
+                if restarted:
+                    continue  # their new queries are the active ones now
                 if failed:
                     self.stop("a flow failed")
                     raise self._failure(failed[0])
@@ -208,6 +213,50 @@ class PipelineRun:
                 assert runner.query is not None
                 self._by_query[str(runner.query.id)] = runner
 
+    def _restarted_after_outage(self, runner: FlowRunner) -> bool:
+        """A query that Spark ended with a transient failure outside the epoch's ``foreachBatch`` —
+        its checkpoint's storage unreachable, a source's server away while Spark planned the epoch —
+        starts again from its checkpoint after the flow's backoff (``retry.*``), as a restarted
+        process would: the epoch in flight was not committed and is replayed. True once restarted;
+        False when the failure is not transient, a stop was requested, or the attempts ran out
+        (then ``runner.failure`` says why, classified)."""
+        exc = runner.query.exception() if runner.query is not None and runner.failure is None else None
+        if exc is None or runner.refused_epoch is not None or self.stop_requested is not None or self._stop.is_set():
+            return False
+        err = _query_failure(runner, exc)
+        if not err.retriable:
+            if err.code == "storage_refused":
+                runner.failure = err.add_context(f"running flow '{runner.flow.name}'")
+            return False
+        policy = self.settings.retry
+        if runner.finalized_epoch != runner.outage_epoch:  # epochs committed since the last outage
+            runner.outage_epoch, runner.outage_attempts = runner.finalized_epoch, 0
+        while True:
+            runner.outage_attempts += 1
+            if runner.outage_attempts >= policy.max_attempts:
+                runner.failure = err.add_context(f"flow '{runner.flow.name}' (gave up after {policy.max_attempts} "
+                                                 "attempts; the epoch in flight was not committed and is replayed "
+                                                 "on the next start)")
+                return False
+            delay = backoff_delay(policy, runner.outage_attempts)
+            # the CLI logs it; widgets show it
+            message = (f"flow '{runner.flow.name}': {err.headline()} (attempt {runner.outage_attempts}/"
+                       f"{policy.max_attempts}); restarting it from its checkpoint in {delay:.1f}s")
+            self.bus.publish(ev.PipelineError(runner.flow.name, node=err.node, message=message, retriable=True,
+                                              attempt=runner.outage_attempts))
+            try:
+                backoff_wait(delay, f"restarting flow '{runner.flow.name}'")
+                runner.start()
+            except StreamlingError as again:
+                if again.code == STOPPED or not again.retriable:
+                    runner.failure = again
+                    return False
+                err = again
+                continue
+            assert runner.query is not None
+            self._by_query[str(runner.query.id)] = runner
+            return True
+
     def _failure(self, runner: FlowRunner) -> StreamlingError:
         if runner.failure is not None:
             return runner.failure
@@ -216,6 +265,8 @@ class PipelineRun:
         if jvm is not None:
             return StreamlingError(f"flow '{runner.flow.name}' stopped: {jvm.what}", hint=jvm.hint, user=False,
                                    code="jvm_failed")
+        if exc is not None and (classified := _query_failure(runner, exc)).code.startswith("storage_"):
+            return classified.add_context(f"running flow '{runner.flow.name}'")
         return StreamlingError(f"flow '{runner.flow.name}' stopped: {java_message(exc) if exc else 'unknown error'}",
                                user=False, code="flow_failed")
 
@@ -277,3 +328,21 @@ class PipelineRun:
             }
             for r in self.runners
         }
+
+
+def _query_failure(runner: FlowRunner, exc: BaseException) -> StreamlingError:
+    """What ended ``runner``'s query outside its epochs, classified: a node's own words, the
+    checkpoint's storage (when the failure names its host), or Spark's message; transient when the
+    chain shows a connection that failed (``storage.storage_error``'s rules)."""
+    text = chain_text(exc)
+    named = node_failure_from_text(text)
+    if named is not None:
+        return named
+    where = runner.checkpoint_dir
+    host = urlparse(where).hostname if not storage.is_local(where) else None
+    if host and host in text:
+        return storage.storage_error(exc, "write the checkpoint at", where)
+    classified = storage.storage_error(exc, "run flow", f"'{runner.flow.name}'")
+    return StreamlingError(f"flow '{runner.flow.name}' stopped: {java_message(exc)}", user=False,
+                           code="flow_transient" if classified.retriable else "flow_failed",
+                           retriable=classified.retriable, cause=exc)

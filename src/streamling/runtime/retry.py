@@ -56,6 +56,14 @@ def backoff_wait(delay_secs: float, what: str, node: str | None = None, node_kin
         raise stopped_error(what, node, node_kind)
 
 
+def backoff_delay(policy: RetrySettings, attempt: int) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` (1-based): exponential from
+    ``initial_backoff_ms`` up to ``max_backoff_ms``, with ±20 % jitter."""
+    initial = max(0.001, policy.initial_backoff_ms / 1000)
+    cap = max(initial, policy.max_backoff_ms / 1000)
+    return float(min(cap, initial * 2 ** (attempt - 1)) * (0.8 + 0.4 * random.random()))
+
+
 def call_with_retry(fn: Callable[[], T], policy: RetrySettings, what: str,
                     on_retry: Callable[[BaseException, int], None] | None = None) -> T:
     """Run ``fn``; on a retriable error wait and try again, up to ``policy.max_attempts`` in all.
@@ -69,12 +77,8 @@ def call_with_retry(fn: Callable[[], T], policy: RetrySettings, what: str,
     """
     import tenacity
 
-    initial = max(0.001, policy.initial_backoff_ms / 1000)
-    cap = max(initial, policy.max_backoff_ms / 1000)
-
     def wait(state: tenacity.RetryCallState) -> float:
-        base = min(cap, initial * 2 ** (state.attempt_number - 1))
-        return float(base * (0.8 + 0.4 * random.random()))
+        return backoff_delay(policy, state.attempt_number)
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
