@@ -38,6 +38,21 @@ def _run_until(proc: subprocess.Popen[bytes], log: Path, epochs: int, timeout: f
         time.sleep(0.2)
 
 
+def _run_through_outage(cmd: list[str], cwd: Path, env: dict[str, str], log: Path,
+                        outage_secs: float | None) -> tuple[int, str]:
+    """Run the CLI, stop HDFS after its second epoch (for ``outage_secs``, or for good: None), and
+    return its exit code and log."""
+    with log.open("w") as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _run_until(proc, log, 2)
+        _down_hdfs()
+        if outage_secs is not None:
+            time.sleep(outage_secs)
+            start_services("hdfs")
+        code = proc.wait(timeout=300)
+    return code, log.read_text()
+
+
 def test_a_storage_outage_is_retried_then_given_up_and_resumed_without_loss(
         tmp_path: Path, two_hosts: dict[str, str], spark: Any, unique_name: str) -> None:
     (tmp_path / "pipeline.yaml").write_text(PIPELINE)
@@ -48,14 +63,8 @@ def test_a_storage_outage_is_retried_then_given_up_and_resumed_without_loss(
     cli = [str(Path(sys.executable).with_name("streamling")), "pipeline.yaml"]
     try:
         # 1. Three attempts, HDFS stays away: the run stops, its epoch in flight uncommitted.
-        log = tmp_path / "give_up.log"
-        with log.open("w") as err:
-            proc = subprocess.Popen(cli, cwd=tmp_path, env={**env, "STREAMLING__RETRY__MAX_ATTEMPTS": "3"},
-                                    stdout=subprocess.DEVNULL, stderr=err)
-            _run_until(proc, log, 2)
-            _down_hdfs()
-            code = proc.wait(timeout=180)
-        text = log.read_text()
+        code, text = _run_through_outage(cli, tmp_path, {**env, "STREAMLING__RETRY__MAX_ATTEMPTS": "3"},
+                                         tmp_path / "give_up.log", None)
         assert code == 1, text[-3000:]
         errors = [line for line in text.splitlines() if " ERROR " in line]
         assert errors and re.search(r"cannot (write the checkpoint at|look up) hdfs://\S+: .*Connection refused.* — "
@@ -66,16 +75,8 @@ def test_a_storage_outage_is_retried_then_given_up_and_resumed_without_loss(
 
         # 2. HDFS back: the run resumes from the checkpoint; a shorter outage mid-run is ridden out.
         start_services("hdfs")
-        log = tmp_path / "resume.log"
-        with log.open("w") as err:
-            proc = subprocess.Popen(cli, cwd=tmp_path, env={**env, "STREAMLING__RETRY__MAX_ATTEMPTS": "30"},
-                                    stdout=subprocess.DEVNULL, stderr=err)
-            _run_until(proc, log, 2)
-            _down_hdfs()
-            time.sleep(6)
-            start_services("hdfs")
-            code = proc.wait(timeout=300)
-        text = log.read_text()
+        code, text = _run_through_outage(cli, tmp_path, {**env, "STREAMLING__RETRY__MAX_ATTEMPTS": "30"},
+                                         tmp_path / "resume.log", 6)
         assert code == 0, text[-3000:]
         assert "restarting it from its checkpoint in" in text and "pipeline finished" in text, text[-3000:]
     finally:
