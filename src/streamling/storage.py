@@ -229,10 +229,12 @@ def _java_class(exc: BaseException) -> str:
         return ""
 
 
+#: Hadoop names the file system class of a known scheme (s3a) whose connector jar is missing
+_NO_CONNECTOR = "ClassNotFoundException: Class org.apache.hadoop.fs."
 #: Hadoop exceptions of a store that is there but refuses us: fixing a setting is the only cure
 _TERMINAL = ("AccessDeniedException", "UnknownStoreException", "NoSuchBucket", "AccessControlException",
              "InvalidAccessKeyId", "SignatureDoesNotMatch", "UnsupportedFileSystemException",
-             "No FileSystem for scheme")
+             "No FileSystem for scheme", _NO_CONNECTOR)
 #: ... and of one that is briefly away: the flow's retry policy applies
 _TRANSIENT = ("ConnectException", "Connection refused", "Connection reset", "SocketException", "Broken pipe",
               "SocketTimeoutException", "UnknownHostException",
@@ -263,7 +265,7 @@ def storage_error(exc: BaseException, action: str, path: str) -> StreamlingError
 
 def _terminal_hint(text: str, path: str) -> str:
     kind = scheme(path)
-    if "No FileSystem for scheme" in text or "UnsupportedFileSystemException" in text:
+    if "No FileSystem for scheme" in text or "UnsupportedFileSystemException" in text or _NO_CONNECTOR in text:
         return (f"Spark has no file system for '{kind}://': add its Hadoop connector jar (hadoop-aws for s3a://) to "
                 "spark.jars, or use hdfs:// or a local path")
     if "NoSuchBucket" in text or "UnknownStoreException" in text:

@@ -7,8 +7,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from streamling.config import Settings
+from streamling.errors import StreamlingError
 from streamling.runtime import environment
 
 
@@ -80,3 +84,12 @@ def test_the_launcher_needs_no_tool_beyond_the_shell(tmp_path: Path) -> None:
     proc = subprocess.run(["/bin/sh", str(script), "-c", "print(1)"], capture_output=True, text=True,
                           env={"PATH": "/nonexistent", "STREAMLING_WORKER_PYTHON": sys.executable})
     assert proc.stdout.strip() == "1", proc.stderr
+
+
+def test_a_python_package_that_is_not_installed_is_named_before_anything_is_packed(tmp_path: Path,
+                                                                                   monkeypatch: Any) -> None:
+    monkeypatch.setenv("STREAMLING_CACHE_DIR", str(tmp_path))
+    with pytest.raises(StreamlingError) as info:
+        environment.packed_environment(["no-such-distribution"])
+    assert "spark.python_packages names ['no-such-distribution'], which are not installed" in info.value.headline()
+    assert not (tmp_path / "environments").exists()

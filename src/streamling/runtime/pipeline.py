@@ -14,6 +14,7 @@ from streamling import storage
 from streamling.config import Settings
 from streamling.errors import StreamlingError, chain_text, java_message, node_failure_from_text
 from streamling.runtime import events as ev
+from streamling.runtime.environment import worker_failure
 from streamling.runtime.flow import FlowRunner
 from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import Transform
@@ -265,7 +266,7 @@ class PipelineRun:
         if jvm is not None:
             return StreamlingError(f"flow '{runner.flow.name}' stopped: {jvm.what}", hint=jvm.hint, user=False,
                                    code="jvm_failed")
-        if exc is not None and (classified := _query_failure(runner, exc)).code.startswith("storage_"):
+        if exc is not None and (classified := _query_failure(runner, exc)).code.startswith(("storage_", "worker_")):
             return classified.add_context(f"running flow '{runner.flow.name}'")
         return StreamlingError(f"flow '{runner.flow.name}' stopped: {java_message(exc) if exc else 'unknown error'}",
                                user=False, code="flow_failed")
@@ -335,7 +336,7 @@ def _query_failure(runner: FlowRunner, exc: BaseException) -> StreamlingError:
     checkpoint's storage (when the failure names its host), or Spark's message; transient when the
     chain shows a connection that failed (``storage.storage_error``'s rules)."""
     text = chain_text(exc)
-    named = node_failure_from_text(text)
+    named = node_failure_from_text(text) or worker_failure(text)  # a node's words; a worker without Python
     if named is not None:
         return named
     where = runner.checkpoint_dir
