@@ -22,6 +22,7 @@ import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from streamling import storage
 from streamling.errors import StreamlingError, chain_text
 from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import GS_OP, NodeContext, Source
@@ -61,12 +62,12 @@ class FileSource(Source[FileSourceOptions]):
         return {"path": self.options.path}  # executors read the files
 
     def _local_path(self) -> str | None:
-        parsed = urlparse(self.options.path)
-        if parsed.scheme in ("", "file"):
-            return parsed.path if parsed.scheme == "file" else self.options.path
-        if parsed.scheme in REMOTE_SCHEMES:
+        path = self.options.path
+        if storage.is_local(path):
+            return str(storage.local_path(path))
+        if storage.scheme(path) in REMOTE_SCHEMES:
             return None
-        raise self.ctx.error(f"unsupported scheme '{parsed.scheme}' in path {self.options.path!r}",
+        raise self.ctx.error(f"unsupported scheme '{storage.scheme(path)}' in path {self.options.path!r}",
                              hint="use a local path or one of " + ", ".join(f"{s}://" for s in sorted(REMOTE_SCHEMES)),
                              code="unsupported_scheme")
 
