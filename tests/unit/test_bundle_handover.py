@@ -16,7 +16,6 @@ import pytest
 
 from streamling.bundle import handover
 from streamling.bundle.runner import Runner
-from streamling.bundle.store import Store
 from streamling.bundle.workspace import Workspace
 from streamling.config import Settings
 
@@ -43,7 +42,7 @@ def started(tmp_path: Path, driver: subprocess.Popen[bytes]) -> tuple[Workspace,
     """Deployment 1 live, one run whose attempt (the sleeping 'driver') runs it."""
     ws = Workspace(str(tmp_path / "root"))
     _deploy(ws, 1, "v1")
-    store = Store(ws.store_path)
+    store = ws.open_store()
     run_id = store.create_run("stream", 1, "manual", {}, ["main"])
     store.set_run(run_id, state="running")
     log_path = ws.logs / f"run-{run_id}" / "main-1.log"
@@ -74,7 +73,7 @@ def _step(runner: Runner) -> None:
 
 
 def _records(ws: Workspace, run_id: int) -> tuple[Any, list[Any]]:
-    store = Store(ws.store_path)
+    store = ws.open_store()
     return store.run(run_id), [dict(a) for a in store.attempts(run_id)]
 
 

@@ -105,7 +105,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_deploy(args: argparse.Namespace) -> int:
     from streamling.bundle.deploy import deploy
     from streamling.bundle.runner import ensure_runner
-    from streamling.bundle.store import Store
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
@@ -114,7 +113,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     started = time.monotonic()
     result = deploy(bundle, force=args.force, force_lock=args.force_lock)
     ws = Workspace(bundle.target.root_path)
-    store = Store(ws.store_path)
+    store = ws.open_store()
     active = {r.job_key: r.id for r in store.runs(active_only=True, limit=1000)}
     if result.skipped:
         _out(f"Deployment {result.version} is up to date: nothing changed, running jobs left untouched.")
@@ -130,23 +129,22 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             _out(f"  = {key} (unchanged{'; run ' + str(active[key]) + ' keeps running' if key in active else ''})")
         for key in result.removed:
             _out(f"  - {key}{' (its run is cancelled)' if key in active else ''}")
-    ensure_runner(ws)
+    ensure_runner(ws, store=store)
+    store.close()
     return 0
 
 
-def _wait_request(store: Any, request_id: int, timeout: float = 60) -> dict[str, Any]:
+def _wait_request(ws: Any, store: Any, request_id: int, timeout: float = 60) -> dict[str, Any]:
     """The runner's answer to a request; a runner that exited idle just before it was filed is restarted."""
     from streamling.bundle.runner import ensure_runner, runner_running
-    from streamling.bundle.workspace import Workspace
 
-    ws = Workspace(str(store.path.parent))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = store.request_result(request_id)
         if result is not None:
             return dict(result)
-        if not runner_running(ws):
-            ensure_runner(ws)
+        if not runner_running(ws, store):
+            ensure_runner(ws, store=store)
         time.sleep(0.1)
     raise StreamlingError("the job runner did not answer", code="bundle_runner", user=False,
                           hint="see runner.log under the target root")
@@ -155,7 +153,6 @@ def _wait_request(store: Any, request_id: int, timeout: float = 60) -> dict[str,
 def cmd_run(args: argparse.Namespace) -> int:
     from streamling.bundle.deploy import deploy
     from streamling.bundle.runner import ensure_runner
-    from streamling.bundle.store import Store
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
@@ -174,14 +171,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                               f"{did_you_mean(args.job, jobs)}", code="bundle_unknown_job",
                               hint=f"deployed jobs: {', '.join(jobs) or 'none'}")
     params = _kv(args.param, "--param")
-    store = Store(ws.store_path)
-    ensure_runner(ws)
+    store = ws.open_store()
+    ensure_runner(ws, store=store)
     if args.restart:
-        _wait_request(store, store.request("cancel_job", job_key=args.job))
+        _wait_request(ws, store, store.request("cancel_job", job_key=args.job))
         cancel_deadline = time.monotonic() + 60
         while store.runs(args.job, active_only=True, limit=1) and time.monotonic() < cancel_deadline:
             time.sleep(0.2)
-    result = _wait_request(store, store.request("run", job_key=args.job, params=params))
+    result = _wait_request(ws, store, store.request("run", job_key=args.job, params=params))
     if "error" in result:
         raise StreamlingError(str(result["error"]), code="bundle_run")
     run_id = int(result["run_id"])
@@ -215,14 +212,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_summary(args: argparse.Namespace) -> int:
     from streamling.bundle.deploy import build
-    from streamling.bundle.runner import runner_running
-    from streamling.bundle.store import Store
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
     ws = Workspace(bundle.target.root_path)
     deployment = ws.deployment()
-    store = Store(ws.store_path) if deployment is not None else None
+    store = ws.open_store() if deployment is not None else None
     local = {key: {t.key: tb.record(bundle)["fingerprint"] for t, tb in ((tb.task, tb) for tb in tasks.values())}
              for key, tasks in build(bundle).items()}
     jobs: dict[str, Any] = {}
@@ -248,7 +243,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
                "deployment": None if deployment is None else {
                    "version": deployment["version"], "user": deployment.get("user"), "git": deployment.get("git"),
                    "deployed_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(deployment["created_at"]))},
-               "runner": "running" if runner_running(ws) else "stopped", "jobs": jobs}
+               "runner": _runner_state(ws, store), "jobs": jobs}
     if args.output == "json":
         _out(json.dumps(summary, indent=2, default=str))
         return 0
@@ -270,6 +265,16 @@ def cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _runner_state(ws: Any, store: Any) -> str:
+    """'running'/'stopped'; with a shared store, where the supervising runner is."""
+    from streamling.bundle.runner import runner_running
+
+    if store is None or not store.shared:
+        return "running" if runner_running(ws, store) else "stopped"
+    lease = store.lease()
+    return f"running on host {lease.host} (pid {lease.pid})" if lease.held else "stopped"
+
+
 def _pause_status(job: dict[str, Any]) -> str | None:
     for section in (job.get("continuous"), job.get("schedule"), job.get("periodic")):
         if isinstance(section, str):
@@ -281,7 +286,6 @@ def _pause_status(job: dict[str, Any]) -> str | None:
 
 def cmd_destroy(args: argparse.Namespace) -> int:
     from streamling.bundle.runner import ensure_runner, runner_running
-    from streamling.bundle.store import Store
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
@@ -297,20 +301,21 @@ def cmd_destroy(args: argparse.Namespace) -> int:
         answer = input(f"Delete everything under {ws.root} (deployments, checkpoints, run logs)? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             return 1
-    store = Store(ws.store_path)
+    store = ws.open_store()
     active = store.runs(active_only=True, limit=1000)
     if active:
-        ensure_runner(ws)
+        ensure_runner(ws, store=store)
         for run in active:
-            _wait_request(store, store.request("cancel", run_id=run.id))
+            _wait_request(ws, store, store.request("cancel", run_id=run.id))
         deadline = time.monotonic() + 60
         while store.runs(active_only=True, limit=1) and time.monotonic() < deadline:
             time.sleep(0.2)
-    if runner_running(ws):
-        _wait_request(store, store.request("shutdown"))
+    if runner_running(ws, store):
+        _wait_request(ws, store, store.request("shutdown"))
         deadline = time.monotonic() + 30
-        while runner_running(ws) and time.monotonic() < deadline:
+        while runner_running(ws, store) and time.monotonic() < deadline:
             time.sleep(0.1)
+    store.destroy()
     store.close()
     shutil.rmtree(ws.root, ignore_errors=True)
     _out(f"Destroyed target '{bundle.target.name}': {ws.root} deleted ({len(active)} runs cancelled)")
@@ -318,11 +323,10 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from streamling.bundle.store import Store
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
-    store = Store(Workspace(bundle.target.root_path).store_path)
+    store = Workspace(bundle.target.root_path).open_store()
     runs = store.runs(args.job, limit=args.limit)
     rows: list[dict[str, Any]] = []
     for run in runs:
@@ -365,11 +369,10 @@ def _latest_figures(attempts: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from streamling.bundle.store import Store
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
-    store = Store(Workspace(bundle.target.root_path).store_path)
+    store = Workspace(bundle.target.root_path).open_store()
     attempts = [a for a in store.attempts(args.run_id) if (not args.task or a["task_key"] == args.task)
                 and (not args.attempt or a["number"] == args.attempt)]
     if not attempts:
@@ -400,20 +403,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from streamling.bundle.runner import ensure_runner
-    from streamling.bundle.store import Store
     from streamling.bundle.workspace import Workspace
 
     if (args.run_id is None) == (args.job is None):
         raise StreamlingError("give a RUN_ID or --job JOB", code="bundle_usage")
     bundle = _bundle(args)
     ws = Workspace(bundle.target.root_path)
-    store = Store(ws.store_path)
-    ensure_runner(ws)
+    store = ws.open_store()
+    ensure_runner(ws, store=store)
     if args.job:
-        result = _wait_request(store, store.request("cancel_job", job_key=args.job))
+        result = _wait_request(ws, store, store.request("cancel_job", job_key=args.job))
         _out(f"Cancelling runs {result.get('cancelled')} of job '{args.job}' (each stops after its current epoch)")
     else:
-        result = _wait_request(store, store.request("cancel", run_id=args.run_id))
+        result = _wait_request(ws, store, store.request("cancel", run_id=args.run_id))
         _out(f"Cancelling run {args.run_id} (it stops after its current epoch)" if result.get("cancelled") else
              f"Run {args.run_id} is not active")
     return 0

@@ -266,6 +266,7 @@ def deploy(bundle: Bundle, force: bool = False, force_lock: bool = False) -> Dep
                               f"uncommitted changes ({shown})", code="bundle_dirty",
                               hint="commit them first, or deploy anyway with --force")
     with deploy_lock(ws, force=force_lock):
+        _check_store(bundle, ws)
         live = ws.deployment()
         jobs: dict[str, Any] = {}
         resolved = bundle.to_json()
@@ -310,6 +311,17 @@ def deploy(bundle: Bundle, force: bool = False, force_lock: bool = False) -> Dep
         ws.set_current(version)
     log.info("deployed version %d of bundle '%s' to %s", version, bundle.name, ws.root)
     return result
+
+
+def _check_store(bundle: Bundle, ws: Workspace) -> None:
+    """Fix (first deploy) or check the root's run store, and reach it before anything changes."""
+    from streamling.config.settings import JobRunnerSettings, deep_merge, env_overrides
+
+    settings = JobRunnerSettings.model_validate(deep_merge(dict(bundle.target.config.get("job_runner") or {}),
+                                                           env_overrides(os.environ).get("job_runner", {})))
+    schema = re.sub(r"[^a-z0-9_]+", "_", f"streamling_runs_{bundle.name}_{bundle.target.name}".lower())[:63]
+    ws.record_store(settings, schema)
+    ws.open_store().close()
 
 
 def _job_settings(deployment: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,11 @@ after the epoch in flight, in the same SparkSession and on the same checkpoint.
 
 The exit code is also written to ``<log>.exit``: a runner that restarted meanwhile reads it
 there, since it cannot ``wait()`` on a process it did not start.
+
+With a shared run store (runners on several hosts), the driver heartbeats its attempt there every
+second and stops at once, without committing another epoch, when it is fenced (a runner on another
+host took over) or when it could not reach the store for half a lease: by the time the lease lets
+another runner start this task again from the checkpoint, this driver is gone (``Fence``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -243,6 +249,55 @@ class Redeploys:
                                           "message": message, "at": time.time()})
 
 
+class Fence:
+    """Heartbeats this attempt in a shared run store; stops the driver's process group when fenced."""
+
+    EVERY_SECS = 1.0
+
+    def __init__(self, root: Path, attempt_id: int, exit_file: Path | None) -> None:
+        from streamling.bundle.workspace import Workspace
+
+        ws = Workspace(str(root))
+        self.attempt_id, self.exit_file = attempt_id, exit_file
+        self.lease_secs = ws.store_settings().lease_secs
+        self.store = ws.open_store()
+        self._ok = time.monotonic()
+        threading.Thread(target=self._loop, name="streamling-fence", daemon=True).start()
+
+    def _loop(self) -> None:
+        from streamling.bundle.store import StoreUnavailable
+
+        while True:
+            try:
+                row = self.store.heartbeat(self.attempt_id)
+                self._ok = time.monotonic()
+                if row is None:
+                    self._stop(f"its attempt {self.attempt_id} is no longer in the run store")
+                elif row["fenced_at"] is not None:
+                    self._stop(f"runner {row['fenced_by']} took over supervision and runs this task on its host")
+            except StoreUnavailable as exc:
+                silent = time.monotonic() - self._ok
+                if silent > self.lease_secs / 2:
+                    self._stop(f"the run store has not answered for {silent:.1f}s ({exc.headline()}), so another "
+                               "runner may start this task elsewhere")
+            except Exception:  # noqa: BLE001 - the heartbeat must outlive one bad look
+                log.exception("heartbeat to the run store failed")
+            time.sleep(self.EVERY_SECS)
+
+    def _stop(self, why: str) -> None:
+        log.error("this driver stops now: %s. The epoch in flight is not committed; the task resumes from its "
+                  "checkpoint where it runs next", why)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        if self.exit_file is not None:
+            try:
+                self.exit_file.write_text("75")
+            except OSError:
+                pass
+        # The whole session: this process, its Spark JVM and Spark's Python workers, at once.
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
 def _one_line(exc: StreamlingError) -> str:
     """The error as the run record shows it: each problem of a validation error, on one line."""
     if isinstance(exc, ValidationError):
@@ -258,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", required=True)
     p.add_argument("--params", default="{}")
     p.add_argument("--exit-file")
+    p.add_argument("--attempt", type=int, help="the attempt's id in the run store (heartbeat and fencing)")
     args = p.parse_args(argv)
     from streamling.cli import STATS_FILE_ENV, setup_logging
     from streamling.util import free_port
@@ -271,6 +327,11 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(os.environ.get("STREAMLING__LOG_FORMAT", "text"), debug=False)
     code = 2
     try:
+        if args.attempt is not None:
+            from streamling.bundle.workspace import Workspace
+
+            if Workspace(args.root).store_settings().store != "sqlite":
+                Fence(Path(args.root), args.attempt, Path(args.exit_file) if args.exit_file else None)
         log_path = Path(args.exit_file.removesuffix(".exit")) if args.exit_file else None
         code = run_task(Path(args.root), args.deployment, args.job, args.task, json.loads(args.params), log_path)
     except StreamlingError as exc:

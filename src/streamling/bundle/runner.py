@@ -13,9 +13,15 @@ or that the new definition is broken — then the old one keeps running and the 
 why. Other tasks, and changes that need a new JVM, are stopped after their current epoch
 (SIGTERM) and restarted on the same checkpoint; an unchanged task is left alone.
 
-The CLI never touches run state: it files requests in the store and reads. The runner holds an
-OS lock on ``runner.lock`` for its whole life, so there is never a second one and a dead
-runner's lock is free at once. Drivers survive a runner restart; the new runner adopts them.
+The CLI never touches run state: it files requests in the store and reads. With the SQLite store
+(one host) the runner holds an OS lock on ``runner.lock`` for its whole life, so there is never a
+second one and a dead runner's lock is free at once. With a shared store (``job_runner.store:
+postgres``) runners on several hosts may run at once: the one holding the store's lease supervises
+and renews it every tick; the others stand by and take the lease once it expires
+(``job_runner.lease_secs``). Drivers survive a runner restart and the new runner adopts those on
+its own host; a driver on another host is fenced (see ``streamling.bundle.store``): it stops at
+once, and its task starts again here from its checkpoint. A runner that cannot renew its lease
+stops supervising before the lease can pass to another, so two never act at once.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -37,7 +44,7 @@ from typing import Any
 
 from streamling.bundle import handover
 from streamling.bundle.cron import QuartzSchedule
-from streamling.bundle.store import Store
+from streamling.bundle.store import Store, StoreUnavailable
 from streamling.bundle.workspace import Workspace
 
 log = logging.getLogger("streamling.bundle.runner")
@@ -67,20 +74,35 @@ class Attempt:
     term_sent: float | None = None
     stop_note: str | None = None  # why a redeploy restarts the driver rather than swapping in it
     swap_to: int | None = None  # the deployment its driver was asked to swap in, until it answers
+    remote: bool = False  # its driver runs on another host (fenced by this runner at takeover)
 
-    def exit_code(self) -> int | None:
-        """The driver's exit code once it ended (None while it runs)."""
+    def exit_code(self, heartbeat_age: float | None = None, lease_secs: float = 0.0) -> int | None:
+        """The driver's exit code once it ended (None while it runs).
+
+        A driver on another host cannot be waited for or looked up in ``/proc``: it has ended when it
+        wrote its exit file or stopped heartbeating for longer than a lease (it fences itself sooner)."""
+        if self.remote:
+            code = _exit_file_code(self.log_path)
+            if code is not None:
+                return code
+            return -9 if heartbeat_age is None or heartbeat_age > lease_secs else None
         if self.proc is not None:
             code = self.proc.poll()
             if code is None:
                 return None
         elif process_alive(self.pid):
             return None
-        exit_file = Path(f"{self.log_path}.exit")
-        try:
-            return int(exit_file.read_text().strip())
-        except (OSError, ValueError):
-            return self.proc.returncode if self.proc is not None else -9
+        code = _exit_file_code(self.log_path)
+        if code is not None:
+            return code
+        return self.proc.returncode if self.proc is not None else -9
+
+
+def _exit_file_code(log_path: Path) -> int | None:
+    try:
+        return int(Path(f"{log_path}.exit").read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def process_alive(pid: int) -> bool:
@@ -91,10 +113,23 @@ def process_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def host_name() -> str:
+    """This host's name as runs record it (``STREAMLING_HOST`` overrides the OS host name)."""
+    return os.environ.get("STREAMLING_HOST") or socket.gethostname()
+
+
+class LeaseLost(Exception):
+    """This runner no longer holds the store's lease: another may supervise now, so it must not."""
+
+
 class Runner:
     def __init__(self, root: Path) -> None:
         self.ws = Workspace(str(root))
-        self.store = Store(self.ws.store_path)
+        self.store = self.ws.open_store()
+        self.lease_secs = self.ws.store_settings().lease_secs
+        self.host = host_name()
+        self.holder = f"{self.host}:{os.getpid()}:{int(time.time())}"
+        self._renewed = time.monotonic()
         self.attempts: dict[int, Attempt] = {}
         self.deployment: dict[str, Any] | None = None
         self.version: int | None = None
@@ -106,16 +141,72 @@ class Runner:
     # --- main loop --------------------------------------------------------------------------------
 
     def serve(self) -> None:
-        self._adopt()
+        if self.store.shared and not self._take_lease():
+            return
+        try:
+            self._adopt()
+            while not self._stop.is_set():
+                try:
+                    self._renew_lease()
+                    self.tick()
+                except LeaseLost as exc:
+                    log.error("%s; this runner stops supervising (its drivers are fenced by the runner that took "
+                              "over, or adopted by the next runner on this host)", exc)
+                    return
+                except StoreUnavailable as exc:
+                    log.warning("%s; trying again", exc.headline())
+                except Exception:  # noqa: BLE001 - the supervisor must outlive one bad tick
+                    log.exception("runner tick failed")
+                if self._idle():
+                    log.info("nothing to run or schedule; the runner exits (any bundle command starts it again)")
+                    if self.store.shared:
+                        self.store.release_lease(self.holder)
+                    return
+                self._stop.wait(TICK_SECS)
+        finally:
+            self.store.close()
+
+    # --- the lease (shared stores) ------------------------------------------------------------------
+
+    def _take_lease(self) -> bool:
+        """Stand by until the lease is free or expired, then take it; False when stopped meanwhile."""
+        announced = False
         while not self._stop.is_set():
             try:
-                self.tick()
-            except Exception:  # noqa: BLE001 - the supervisor must outlive one bad tick
-                log.exception("runner tick failed")
-            if self._idle():
-                log.info("nothing to run or schedule; the runner exits (any bundle command starts it again)")
-                return
+                generation = self.store.acquire_lease(self.holder, self.host, os.getpid(), self.lease_secs)
+            except StoreUnavailable as exc:
+                log.warning("%s; trying again", exc.headline())
+                generation = None
+            if generation is not None:
+                self._renewed = time.monotonic()
+                log.info("runner %s holds the lease of %s (generation %d, %gs, renewed every %gs)", self.holder,
+                         self.store.describe, generation, self.lease_secs, TICK_SECS)
+                return True
+            if not announced:
+                try:
+                    lease = self.store.lease()
+                    log.info("runner %s stands by: runner %s supervises (its lease ends in %.1fs unless renewed)",
+                             self.holder, lease.holder, lease.expires_at - lease.now)
+                except StoreUnavailable:
+                    pass
+                announced = True
             self._stop.wait(TICK_SECS)
+        return False
+
+    def _renew_lease(self) -> None:
+        if not self.store.shared:
+            return
+        try:
+            generation = self.store.acquire_lease(self.holder, self.host, os.getpid(), self.lease_secs)
+        except StoreUnavailable:
+            # Another runner may take the lease once it expires: stop acting well before that.
+            if time.monotonic() - self._renewed > self.lease_secs / 2:
+                raise LeaseLost(f"the lease could not be renewed for {time.monotonic() - self._renewed:.1f}s "
+                                f"(job_runner.lease_secs={self.lease_secs:g})") from None
+            raise
+        if generation is None:
+            raise LeaseLost("another runner holds the lease now")
+        self._renewed = time.monotonic()
 
     def tick(self) -> None:
         now = time.time()
@@ -322,10 +413,20 @@ class Runner:
         """Drivers started by an earlier runner keep running; follow them to their end."""
         for row in self.store.running_attempts():
             run = self.store.run(row["run_id"])
-            self.attempts[row["id"]] = Attempt(row["id"], row["run_id"], run.job_key if run else "", row["task_key"],
-                                               row["number"],
-                                               row["deployment"], row["pid"] or 0, Path(row["log_path"]),
-                                               row["started_at"])
+            remote = self.store.shared and bool(row["host"]) and row["host"] != self.host
+            attempt = Attempt(row["id"], row["run_id"], run.job_key if run else "", row["task_key"], row["number"],
+                              row["deployment"], row["pid"] or 0, Path(row["log_path"]), row["started_at"],
+                              remote=remote)
+            self.attempts[row["id"]] = attempt
+            if remote:
+                # Its runner is gone and this host cannot signal it: fence it, wait for it to end, and
+                # start the task again here from its checkpoint (one writer per checkpoint).
+                self.store.fence(row["id"], self.holder)
+                attempt.stopping = "fenced"
+                log.info("run %d task '%s': its driver (pid %s on host %s) was supervised by a runner that is gone; "
+                         "it is fenced and starts again on this host from its checkpoint once it has stopped",
+                         row["run_id"], row["task_key"], row["pid"], row["host"])
+                continue
             log.info("following run %d task '%s' (pid %s) started by an earlier runner", row["run_id"],
                      row["task_key"], row["pid"])
 
@@ -335,10 +436,10 @@ class Runner:
         number = int(task["attempts"]) + 1
         log_path = self.ws.logs / f"run-{run_id}" / f"{task_key}-{number}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        attempt_id = self.store.start_attempt(run_id, task_key, number, self.version, str(log_path), self.host)
         cmd = [sys.executable, "-m", "streamling.bundle.driver", "--root", str(self.ws.root),
                "--deployment", str(self.version), "--job", job_key, "--task", task_key,
-               "--params", json.dumps(params), "--exit-file", f"{log_path}.exit"]
-        attempt_id = self.store.start_attempt(run_id, task_key, number, self.version, str(log_path))
+               "--params", json.dumps(params), "--exit-file", f"{log_path}.exit", "--attempt", str(attempt_id)]
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=str(self.ws.root))
@@ -355,7 +456,7 @@ class Runner:
         if attempt.stopping is None or why == "cancel":
             attempt.stopping = why
             attempt.stop_note = note
-        if attempt.term_sent is None:
+        if attempt.term_sent is None and not attempt.remote:
             attempt.term_sent = time.time()
             # Only the driver: it finishes its epoch and stops its JVM itself. A SIGTERM to the whole
             # session would kill the JVM under it mid-epoch.
@@ -372,7 +473,8 @@ class Runner:
                 _signal(attempt.pid, signal.SIGKILL)
                 attempt.term_sent = now  # one SIGKILL per grace period
             self._check_timeouts(attempt, now)
-            code = attempt.exit_code()
+            age = self.store.heartbeat_age(attempt.id) if attempt.remote else None
+            code = attempt.exit_code(age, self.lease_secs)
             if code is None:
                 continue
             del self.attempts[attempt.id]
@@ -398,7 +500,10 @@ class Runner:
     def _attempt_ended(self, attempt: Attempt, code: int, now: float) -> None:
         run_id, key = attempt.run_id, attempt.task_key
         why = attempt.stopping
-        if why == "redeploy":
+        if why == "fenced":
+            state, message = "fenced", "its runner was lost; the task starts again from its checkpoint on host " \
+                f"{self.host}"
+        elif why == "redeploy":
             state, message = "redeployed", f"stopped to move to deployment {self.version}" + (
                 f" ({attempt.stop_note})" if attempt.stop_note else "")
         elif why == "cancel":
@@ -411,7 +516,7 @@ class Runner:
             state, message = "failed", _failure_line(attempt.log_path, code)
         self.store.set_attempt(attempt.id, state=state, ended_at=now, exit_code=code, reason=message)
         log.info("run %d task '%s' attempt %d %s (exit %d)", run_id, key, attempt.number, state, code)
-        if state == "redeployed":
+        if state in ("redeployed", "fenced"):
             self.store.set_task(run_id, key, state="pending", message=message)
             self.store.set_run(run_id, message=message)  # replaces what an earlier swap attempt said
             return
@@ -592,8 +697,17 @@ def _failure_line(log_path: Path, code: int) -> str:
 
 # --- starting the runner ----------------------------------------------------------------------------
 
-def runner_running(ws: Workspace) -> bool:
-    """True when a runner holds this root's lock."""
+def runner_running(ws: Workspace, store: Store | None = None) -> bool:
+    """True when a runner supervises this root: it holds the shared store's lease (on any host) or,
+    with the SQLite store, this root's lock."""
+    if ws.store_settings().store != "sqlite":
+        if store is not None:
+            return store.lease().held
+        own = ws.open_store()
+        try:
+            return own.lease().held
+        finally:
+            own.close()
     if not ws.runner_lock.exists():
         return False
     with open(ws.runner_lock, "a+") as handle:
@@ -605,9 +719,11 @@ def runner_running(ws: Workspace) -> bool:
     return False
 
 
-def ensure_runner(ws: Workspace, timeout_secs: float = 15) -> None:
-    """Start this root's runner in the background unless one runs; it outlives the calling command."""
-    if runner_running(ws):
+def ensure_runner(ws: Workspace, timeout_secs: float = 15, store: Store | None = None) -> None:
+    """Start this root's runner in the background unless one runs; it outlives the calling command.
+
+    With a shared store, a runner on any host holding the lease counts: none is started here."""
+    if runner_running(ws, store):
         return
     ws.root.mkdir(parents=True, exist_ok=True)
     with open(ws.runner_log, "ab") as out:
@@ -615,7 +731,7 @@ def ensure_runner(ws: Workspace, timeout_secs: float = 15) -> None:
                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + timeout_secs
     while time.monotonic() < deadline:
-        if runner_running(ws):
+        if runner_running(ws, store):
             return
         time.sleep(0.05)
     raise RuntimeError(f"the job runner did not start; see {ws.runner_log}")
@@ -628,6 +744,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ws = Workspace(args.root)
     ws.root.mkdir(parents=True, exist_ok=True)
+    if ws.store_settings().store != "sqlite":
+        # Several hosts: the store's lease decides who supervises, not a lock on one host's disk.
+        runner = Runner(ws.root)
+        signal.signal(signal.SIGTERM, lambda *_: runner._stop.set())
+        log.info("runner %s (pid %d) for %s, run store %s", runner.holder, os.getpid(), ws.root, runner.store.describe)
+        runner.serve()
+        return 0
     with open(ws.runner_lock, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

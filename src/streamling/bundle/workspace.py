@@ -8,7 +8,8 @@
   current                                  the live version number
   files/                                   the bundle's files as of the live version (workspace.file_path)
   state/                                   checkpoints and local state (state_dir of every task)
-  runs.db                                  runs, attempts, requests, notifications
+  runs.db                                  runs, attempts, requests, notifications (job_runner.store: sqlite)
+  store.json                               which run store the root uses (fixed by its first deploy)
   logs/run-<id>/<task>-<attempt>.log       driver logs (+ .exit, .stats.json, and .swap / .deployment:
                                            the hot-redeploy handshake, see streamling.bundle.handover)
   runner.lock / runner.pid / runner.log    the job runner of this root
@@ -20,10 +21,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from streamling.errors import StreamlingError
+
+if TYPE_CHECKING:
+    from streamling.bundle.store import Store
+    from streamling.config.settings import JobRunnerSettings
 
 
 def local_root(root_path: str) -> Path:
@@ -61,6 +66,55 @@ class Workspace:
     @property
     def store_path(self) -> Path:
         return self.root / "runs.db"
+
+    @property
+    def store_config(self) -> Path:
+        return self.root / "store.json"
+
+    def store_settings(self) -> JobRunnerSettings:
+        """The run store this root's first deploy chose, with this process's ``STREAMLING__JOB_RUNNER__…``
+        variables over it (a password kept out of the file, for instance)."""
+        import os
+
+        from streamling.config.settings import JobRunnerSettings, deep_merge, env_overrides
+
+        try:
+            recorded = dict(json.loads(self.store_config.read_text()))
+        except (OSError, ValueError):
+            recorded = {}
+        return JobRunnerSettings.model_validate(deep_merge(recorded, env_overrides(os.environ).get("job_runner", {})))
+
+    def open_store(self) -> Store:
+        from streamling.bundle.store import open_store
+
+        settings = self.store_settings()
+        return open_store(self.root, settings, settings.postgres.schema_name or "streamling_runs")
+
+    def record_store(self, settings: JobRunnerSettings, schema: str) -> None:
+        """Fix the root's run store at its first deploy; a later deploy that names another one is refused
+        (runs, attempts and the runner's lease would be split over two stores)."""
+        wanted: dict[str, Any] = {"store": settings.store, "lease_secs": settings.lease_secs}
+        if settings.store == "postgres":
+            wanted["postgres"] = {**settings.postgres.model_dump(by_alias=True, exclude={"pass_"}),
+                                  "schema_name": settings.postgres.schema_name or schema}
+        try:
+            recorded = dict(json.loads(self.store_config.read_text()))
+        except (OSError, ValueError):
+            recorded = None
+        if recorded is None and self.deployments.exists() and settings.store != "sqlite":
+            recorded = {"store": "sqlite"}  # deployed before store.json existed: its runs are in runs.db
+        where = {k: v for k, v in wanted.items() if k != "lease_secs"}
+        if recorded is not None and {k: v for k, v in recorded.items() if k != "lease_secs"} != where:
+            raise StreamlingError(
+                f"the target root {self.root} keeps its runs in {_store_name(recorded)}; the target now names "
+                f"{_store_name(wanted)}", code="bundle_store_changed",
+                hint="keep job_runner.* as it was, or `streamling bundle destroy` the target first (its runs and "
+                     "checkpoints go with it)")
+        if recorded != wanted:
+            tmp = self.root / f"store.json.tmp.{os.getpid()}"
+            tmp.write_text(json.dumps(wanted, indent=2) + "\n")
+            tmp.chmod(0o600)
+            tmp.replace(self.store_config)
 
     @property
     def logs(self) -> Path:
@@ -114,3 +168,11 @@ class Workspace:
     def has_checkpoint(self, application_id: str) -> bool:
         root = self.checkpoint_root(application_id)
         return root.exists() and any(root.glob("*/checkpoint/offsets"))
+
+
+def _store_name(recorded: dict[str, Any]) -> str:
+    if recorded.get("store") == "postgres":
+        pg = recorded.get("postgres") or {}
+        return (f"Postgres postgres://{pg.get('user')}@{pg.get('host')}:{pg.get('port')}/{pg.get('db')} "
+                f"(schema {pg.get('schema_name')})")
+    return "runs.db (SQLite)"

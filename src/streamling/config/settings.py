@@ -102,6 +102,24 @@ class PostgresConnection(_Section):
         return f"postgres://{self.user}@{self.host}:{self.port}/{self.db}"
 
 
+class JobRunnerPostgresSettings(PostgresConnection):
+    #: one schema per bundle root: two roots sharing a database must not share runs
+    schema_name: str | None = None
+
+
+class JobRunnerSettings(_Section):
+    """``job_runner.*``: where a bundle target's job runner keeps runs, attempts and its lease.
+
+    ``sqlite`` (a file under the bundle root) serves one host. ``postgres`` is the store several hosts
+    reach: runners on any of them hold a lease there, one supervises at a time, and a second one takes
+    over within ``lease_secs`` when the first dies (its drivers are fenced before new ones start).
+    """
+
+    store: Literal["sqlite", "postgres"] = "sqlite"
+    postgres: JobRunnerPostgresSettings = Field(default_factory=JobRunnerPostgresSettings)
+    lease_secs: float = Field(default=10, ge=2, le=600)
+
+
 class PostgresSinkSettings(PostgresConnection):
     batch_flush_interval: str = "1s"
     batch_size: int = 100
@@ -407,6 +425,7 @@ class Settings(BaseModel):
     backpressure_event_threshold_ms: int = 100
     clickhouse_source: ClickHouseSourceSettings = Field(default_factory=ClickHouseSourceSettings)
     clickhouse_sink: ClickHouseSinkSettings = Field(default_factory=ClickHouseSinkSettings)
+    job_runner: JobRunnerSettings = Field(default_factory=JobRunnerSettings)
 
     def ineffective_keys(self) -> list[tuple[str, str]]:
         """``(key, why)`` for each key set away from its default that does nothing on Spark here."""
