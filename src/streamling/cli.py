@@ -224,6 +224,12 @@ def execute(spec: Any, settings: Settings, stop_after_secs: float | None = None,
     def hard_exit_after_budget(reason: str) -> None:
         if ended.wait(budget):
             return
+        if not current:  # still starting (a cold JVM, an environment to unpack): no epoch is in flight
+            log.info("stop requested (%s) while the pipeline was still starting: nothing was in flight, exiting",
+                     reason)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os._exit(0)
         log.error("stop requested (%s) but the pipeline did not end within shutdown_budget_secs=%g: exiting with "
                   "code %d; the epoch in flight was not committed and is replayed on the next start",
                   reason, budget, STOPPED_EXIT_CODE)
@@ -275,9 +281,12 @@ def _execute_one(spec: Any, settings: Settings, stop_after_secs: float | None, s
     telemetry = attach(plan, settings, bus)
     progress = _Progress(tty=sys.stderr.isatty(), stats=telemetry.stats)
     bus.subscribe(progress)
+    if stopping:  # a signal arrived while this definition was starting: no epoch ran, none is owed
+        log.info("stop requested (%s) before the first epoch: nothing to finish, exiting", stopping[0])
+        return 0
     pipeline = PipelineRun(spec, settings, spark, bus, plan=plan)
     current[:] = [pipeline]
-    if stopping:  # a signal arrived between two definitions: this one stops after its first epoch
+    if stopping:  # the signal came just now: this one stops after its first epoch
         pipeline.request_stop(stopping[0])
     ended = threading.Event()
     stats_file = os.environ.get(STATS_FILE_ENV)

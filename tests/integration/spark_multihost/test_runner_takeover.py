@@ -1,0 +1,168 @@
+"""A bundle's job runner survives its host: runs live in Postgres, a runner on host B stands by, and
+when host A's runner is SIGKILLed, B takes the lease, fences the driver A's runner left behind (it
+stops at once, uncommitted) and starts the continuous job again on host B from its checkpoint on HDFS.
+Rows continue in Postgres: every id once, none missing.
+
+The bundle root is a folder both "hosts" see (a shared mount in real life): host B's runner runs in
+host B's network namespace with this machine's files, as a second machine with streamling installed
+and the bundle root mounted would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jobs import attempts, bundle, runs, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
+
+NOTEBOOK = """\
+# Databricks notebook source
+# MAGIC %%streamling source numbers
+# MAGIC type: generate
+# MAGIC rows: 10000000
+# MAGIC rows_per_second: 200
+# MAGIC rows_per_batch: 200
+# MAGIC primary_key: id
+
+# COMMAND ----------
+
+# MAGIC %%streamling sink db --from numbers
+# MAGIC type: postgres
+# MAGIC schema: takeover
+# MAGIC table: {table}
+"""
+
+
+def _host_env(base: dict[str, str], host: str, address: str) -> dict[str, str]:
+    """What each host's runner environment holds: its name, and the address its drivers advertise."""
+    return {**base, "STREAMLING_HOST": host, "SPARK_LOCAL_IP": address, "SPARK_LOCAL_HOSTNAME": address}
+
+
+@pytest.fixture
+def project(tmp_path: Path, two_hosts: dict[str, str], postgres_service: dict[str, str],
+            unique_name: str) -> Iterator[tuple[Path, dict[str, str]]]:
+    address = postgres_service.get("STREAMLING_TEST_POSTGRES_HOSTB_ADDRESS")
+    if not address:
+        pytest.fail("postgres does not listen on host A's end of the two-host pair: restart it with "
+                    "`fixtures/services/down postgres; fixtures/services/up postgres` as root")
+    pg = {"host": address, "port": postgres_service["STREAMLING__POSTGRES_SINK__PORT"],
+          "user": postgres_service["STREAMLING__POSTGRES_SINK__USER"],
+          "db": postgres_service["STREAMLING__POSTGRES_SINK__DB"], "sslmode": "disable"}
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "ingest.py").write_text(NOTEBOOK.format(table=unique_name))
+    hdfs = two_hosts["STREAMLING_TEST_HDFS_URL"]
+    (root / "bundle.yml").write_text(textwrap.dedent(f"""
+        bundle: {{name: takeover}}
+        workspace: {{root_path: {tmp_path / 'shared' / 'root'}}}
+        resources:
+          jobs:
+            ingest:
+              continuous: {{}}
+              tasks:
+                - task_key: main
+                  notebook_task: {{notebook_path: ./ingest.py}}
+                  min_retry_interval_millis: 1000
+        targets:
+          cluster:
+            default: true
+            mode: production
+            config:
+              checkpoint_interval_sec: 1
+              state_dir: {hdfs}/tests/{unique_name}/state
+              spark:
+                master: {two_hosts['STREAMLING_TEST_MULTIHOST_MASTER']}
+                conf:
+                  spark.hadoop.dfs.replication: "1"
+                  spark.hadoop.dfs.client.block.write.locateFollowingBlock.initial.delay.ms: "20"
+              postgres_sink: {pg}
+              job_runner:
+                store: postgres
+                postgres: {pg}
+                lease_secs: 5
+    """))
+    password = postgres_service["STREAMLING__POSTGRES_SINK__PASS"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
+    env.update(STREAMLING__POSTGRES_SINK__PASS=password, STREAMLING__JOB_RUNNER__POSTGRES__PASS=password)
+    yield root, env
+    bundle(root, _host_env(env, "host-a", two_hosts["STREAMLING_TEST_MULTIHOST_DRIVER_HOST"]), "destroy",
+           "--auto-approve")
+
+
+def _rows(pg: Any, table: str) -> tuple[int, int, int, int]:
+    try:
+        count, distinct, low, high = pg.execute(
+            f'SELECT count(*), count(DISTINCT id), min(id), max(id) FROM takeover."{table}"').fetchone()
+    except Exception:  # not created yet
+        return 0, 0, 0, -1
+    return int(count), int(distinct), int(low or 0), int(-1 if high is None else high)
+
+
+def test_a_runner_on_another_host_takes_over_and_rows_continue_once(
+        project: tuple[Path, dict[str, str]], two_hosts: dict[str, str], pg: Any, unique_name: str,
+        tmp_path: Path) -> None:
+    root, env = project
+    host_a = _host_env(env, "host-a", two_hosts["STREAMLING_TEST_MULTIHOST_DRIVER_HOST"])
+    host_b = _host_env(env, "host-b", "10.213.77.2")
+    deployed = bundle(root, host_a, "deploy")  # starts host A's runner, which starts the continuous job
+    assert deployed.returncode == 0, deployed.stderr
+    wait_for(lambda: _rows(pg, unique_name)[0] >= 400, 300, "rows from host A's driver")
+
+    # Host B's runner stands by: the lease is A's.
+    runner_b_log = tmp_path / "runner-b.log"
+    with runner_b_log.open("w") as out:
+        runner_b = subprocess.Popen(["ip", "netns", "exec", "streamling-hostb", sys.executable, "-m", "streamling.cli",
+                                     "bundle", "runner", "-t", "cluster"], cwd=root, env=host_b, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: "stands by" in runner_b_log.read_text(), 60, "host B's runner to stand by")
+        schema = "streamling_runs_takeover_cluster"
+        holder_host, runner_a = pg.execute(f"SELECT host, pid FROM {schema}.runner_lease").fetchone()
+        assert holder_host == "host-a"
+        [first] = [a for a in attempts(root, host_a, "ingest") if a["state"] == "running"]
+        assert first["host"] == "host-a"
+
+        os.kill(runner_a, signal.SIGKILL)  # host A's runner dies; its driver does not
+        killed = time.monotonic()
+        wait_for(lambda: pg.execute(f"SELECT host FROM {schema}.runner_lease").fetchone()[0] == "host-b", 60,
+                 "host B's runner to take the lease")
+        took = time.monotonic() - killed
+        wait_for(lambda: any(a["state"] == "running" and a["host"] == "host-b"
+                             for a in attempts(root, host_a, "ingest")), 60, "the task to start on host B")
+        # Host A's driver has ended (fenced): every row from now on is written by host B's driver.
+        fenced_at = _rows(pg, unique_name)[0]
+        wait_for(lambda: _rows(pg, unique_name)[0] >= fenced_at + 600, 300, "rows from host B's driver")
+        print(f"runner SIGKILL → lease on host B {took:.1f}s → rows again {time.monotonic() - killed:.1f}s")
+
+        history = attempts(root, host_a, "ingest")
+        fenced = next(a for a in history if a["id"] == first["id"])
+        assert fenced["state"] == "fenced" and fenced["exit_code"] == 75, fenced
+        assert "took over supervision" in Path(fenced["log_path"]).read_text()
+        assert history[-1]["host"] == "host-b" and history[-1]["state"] == "running"
+        assert len(history) == 2, history  # one driver per host: no restart loop, no second writer
+
+        # Host A's CLI talks to host B's runner through the store: the run stops there after its epoch
+        # (a continuous job then starts its next run, as on Databricks; destroy ends that one).
+        cancelled = bundle(root, host_a, "cancel", "--job", "ingest")
+        assert cancelled.returncode == 0, cancelled.stderr
+        run = wait_for(lambda: next((r for r in runs(root, host_a, "ingest") if r["run_id"] == first["run_id"]
+                                     and r["state"] == "cancelled"), None), 120, "run 1 to stop on host B")
+        last = run["attempts"][-1]
+        assert (last["host"], last["state"], last["exit_code"]) == ("host-b", "cancelled", 0), \
+            Path(last["log_path"]).read_text()[-3000:]
+    finally:
+        os.killpg(runner_b.pid, signal.SIGTERM)
+        runner_b.wait(timeout=60)
+
+    count, distinct, low, high = _rows(pg, unique_name)
+    assert (count, distinct, low) == (high + 1, high + 1, 0), (count, distinct, low, high)
