@@ -280,8 +280,9 @@ def _terminal_hint(text: str, path: str) -> str:
 
 def is_multi_host(master: str) -> bool:
     """Whether executors may run on other hosts than the driver: any master but ``local[…]`` and a
-    standalone master on a loopback address (one host, by construction)."""
-    if master.startswith("local"):
+    standalone master on a loopback address (one host, by construction). No master at all is the
+    default, ``local[*]``."""
+    if not master.strip() or master.startswith("local"):
         return False
     if master.startswith("spark://"):
         hosts = [part.rsplit(":", 1)[0].strip("[]") for part in master[len("spark://"):].split(",")]

@@ -757,6 +757,7 @@ class _Builder:
             ctx.add("config", "config must be a mapping of runtime settings (the keys of config.yaml)")
             config = {}
         self.check_config(config)
+        self.check_runner_store(config, environ)
         built = {str(k): self.job(str(k), res.tree(f"resources.jobs.{k}", v, _JOB)) for k, v in jobs.items()}
         target = Target(self.target, self.mode, root_path, root_raw is not None, file_path, config)
         return Bundle(bundle_name, ctx.root, target, {k: v for k, v in values.items() if v is not None},
@@ -811,6 +812,20 @@ class _Builder:
             else:
                 res.raw[ref] = (_text(value), loc)
         return names
+
+    def check_runner_store(self, config: dict[str, Any], environ: Mapping[str, str]) -> None:
+        """A target on several hosts whose runner keeps runs on one host's disk: nobody can take over."""
+        from streamling import storage
+
+        master = str((config.get("spark") or {}).get("master") or "")
+        runner = config.get("job_runner") or {}
+        store = str(environ.get("STREAMLING__JOB_RUNNER__STORE") or (runner.get("store") if isinstance(runner, dict)
+                                                                     else None) or "sqlite")
+        if storage.is_multi_host(master) and store == "sqlite":
+            self.ctx.warnings.append(
+                f"target '{self.target}' runs on {master}, which spans hosts, but its job runner keeps runs in "
+                "runs.db on one host's disk (job_runner.store: sqlite): if that host dies, no runner elsewhere can "
+                "take over its jobs. Set job_runner.store: postgres (see README, Running on a cluster)")
 
     def check_config(self, config: dict[str, Any]) -> None:
         """Runtime settings are checked now, so a typo in targets.<t>.config fails validate, not the first run."""
