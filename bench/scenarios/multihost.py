@@ -28,7 +28,6 @@ import subprocess
 import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from scenarios.common import (

@@ -16,12 +16,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from scenarios.common import Options, ScenarioResult, Side, ensure_services, interleaved, log
 
@@ -71,27 +72,15 @@ def takeover(lease_secs: int) -> dict[str, Any]:
     password = os.environ["STREAMLING__POSTGRES_SINK__PASS"]
     work = Path(tempfile.mkdtemp(prefix="streamling-bench-takeover-"))
     (work / "ingest.py").write_text(NOTEBOOK.format(table=name))
-    (work / "bundle.yml").write_text(textwrap.dedent(f"""
-        bundle: {{name: {name}}}
-        workspace: {{root_path: {work / 'root'}}}
-        resources:
-          jobs:
-            ingest:
-              continuous: {{}}
-              tasks: [{{task_key: main, notebook_task: {{notebook_path: ./ingest.py}}}}]
-        targets:
-          cluster:
-            default: true
-            mode: production
-            config:
-              checkpoint_interval_sec: 1
-              state_dir: {os.environ['STREAMLING_TEST_HDFS_URL']}/bench/{name}/state
-              spark:
-                master: {os.environ['STREAMLING_TEST_MULTIHOST_MASTER']}
-                conf: {{spark.hadoop.dfs.replication: "1"}}
-              postgres_sink: {pg}
-              job_runner: {{store: postgres, postgres: {pg}, lease_secs: {lease_secs}}}
-    """))
+    target = {"default": True, "mode": "production", "config": {
+        "checkpoint_interval_sec": 1, "state_dir": f"{os.environ['STREAMLING_TEST_HDFS_URL']}/bench/{name}/state",
+        "spark": {"master": os.environ["STREAMLING_TEST_MULTIHOST_MASTER"],
+                  "conf": {"spark.hadoop.dfs.replication": "1"}},
+        "postgres_sink": pg, "job_runner": {"store": "postgres", "postgres": pg, "lease_secs": lease_secs}}}
+    task = {"task_key": "main", "notebook_task": {"notebook_path": "./ingest.py"}}
+    (work / "bundle.yml").write_text(yaml.safe_dump({
+        "bundle": {"name": name}, "workspace": {"root_path": str(work / "root")},
+        "resources": {"jobs": {"ingest": {"continuous": {}, "tasks": [task]}}}, "targets": {"cluster": target}}))
     base = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
     base.update(STREAMLING__POSTGRES_SINK__PASS=password, STREAMLING__JOB_RUNNER__POSTGRES__PASS=password)
     driver_a = os.environ["STREAMLING_TEST_MULTIHOST_DRIVER_HOST"]
