@@ -191,7 +191,12 @@ def test_a_relative_root_path_is_anchored_at_the_bundle_root(tmp_path: Path) -> 
                                          "targets:\n  uri:\n    workspace: {root_path: 's3a://bucket/${bundle.name}'}\n"
                                          "  local: {default: true}\n")
     assert _load(tmp_path).target.root_path == str(tmp_path / "deploy")
-    assert _load(tmp_path, "uri").target.file_path == "s3a://bucket/b/files"
+    # An object store cannot be the root (no locks, appends or atomic renames): checkpoints can go there.
+    with pytest.raises(ValidationError) as info:
+        _load(tmp_path, "uri")
+    [problem] = info.value.problems
+    assert problem.code == "bundle_root_unsupported" and "POSIX" in problem.message
+    assert "state_dir: s3a://bucket/b/state" in (problem.hint or "")
 
 
 def test_development_pauses_only_what_is_unset(tmp_path: Path) -> None:

@@ -751,6 +751,13 @@ class _Builder:
         values = {n: res.ref(f"var.{n}") for n in names}
         root_path = res.ref("workspace.root_path") or ""
         file_path = res.ref("workspace.file_path") or ""
+        if root_path:
+            from streamling.bundle.workspace import local_root
+
+            try:
+                local_root(root_path)
+            except StreamlingError as exc:
+                ctx.add("workspace.root_path", exc.message, hint=exc.hint, code=exc.code)
         bundle_name = res.ref("bundle.name") or _text(name)
         config = res.tree("config", data.get("config")) if "config" in data else {}
         if not isinstance(config, dict):

@@ -34,15 +34,23 @@ if TYPE_CHECKING:
 def local_root(root_path: str) -> Path:
     """The local folder of a root path; ``file:`` URIs are local too.
 
-    Other schemes (``hdfs://``, ``s3a://``) are refused for now: the checkpoint metadata streamling
-    keeps next to Spark's checkpoint is written with local file APIs.
+    The root is the runners' control-plane folder: ``bundle deploy`` serialises on a lock in it,
+    publishes a version by renaming ``current``, drivers append their logs and answer redeploys through
+    small files in it. Those need a POSIX file system, which object stores and HDFS are not (no
+    locks, no appends on S3, no atomic rename on S3). On several hosts the root is a shared mount at
+    the same path on each (NFS, EFS, Azure Files …); what jobs write (checkpoints, Delta tables) goes to
+    any Hadoop URI through ``config.state_dir`` and the sinks' paths.
     """
     parsed = urlparse(root_path)
     if parsed.scheme in ("", "file"):
         return Path(parsed.path if parsed.scheme else root_path).expanduser().resolve()
-    raise StreamlingError(f"workspace.root_path '{root_path}' uses the '{parsed.scheme}' scheme; only local paths "
-                          "and file: URIs are supported as a bundle root for now", code="bundle_root_unsupported",
-                          hint="set workspace.root_path to a local folder (e.g. a mounted shared volume)")
+    raise StreamlingError(
+        f"workspace.root_path '{root_path}' uses the '{parsed.scheme}' scheme, but the bundle root must be a folder "
+        "with POSIX semantics (deploys lock it, publish versions by atomic rename and append run logs to it)",
+        code="bundle_root_unsupported",
+        hint=f"keep the root on a local folder or a shared mount present at the same path on every runner host, "
+             f"and put checkpoints on {parsed.scheme}:// with the target's config: {{state_dir: {root_path.rstrip('/')}"
+             "/state}")
 
 
 class Workspace:

@@ -1,7 +1,8 @@
 """A bundle's job runner survives its host: runs live in Postgres, a runner on host B stands by, and
 when host A's runner is SIGKILLed, B takes the lease, fences the driver A's runner left behind (it
 stops at once, uncommitted) and starts the continuous job again on host B from its checkpoint on HDFS.
-Rows continue in Postgres: every id once, none missing.
+Rows continue in Postgres: every id once, none missing. A deploy from host A then moves the job on
+host B into its running driver (no restart), and a cancel from host A stops it there.
 
 The bundle root is a folder both "hosts" see (a shared mount in real life): host B's runner runs in
 host B's network namespace with this machine's files, as a second machine with streamling installed
@@ -150,6 +151,17 @@ def test_a_runner_on_another_host_takes_over_and_rows_continue_once(
         assert "took over supervision" in Path(fenced["log_path"]).read_text()
         assert history[-1]["host"] == "host-b" and history[-1]["state"] == "running"
         assert len(history) == 2, history  # one driver per host: no restart loop, no second writer
+
+        # A deploy from host A reaches the job on host B: its driver swaps the new definition in after
+        # its epoch, in the same JVM on the same checkpoint (the handshake files are on the shared root).
+        (root / "ingest.py").write_text(NOTEBOOK.format(table=unique_name).replace("rows_per_second: 200",
+                                                                                   "rows_per_second: 300"))
+        redeployed = bundle(root, host_a, "deploy")
+        assert redeployed.returncode == 0, redeployed.stderr
+        moved = wait_for(lambda: next((r for r in runs(root, host_a, "ingest") if r["deployment"] == 2), None),
+                         120, "the run to move to deployment 2")
+        assert moved["message"] == "moved to deployment 2 in its running driver (no restart)", moved
+        assert len(attempts(root, host_a, "ingest")) == 2  # no new driver
 
         # Host A's CLI talks to host B's runner through the store: the run stops there after its epoch
         # (a continuous job then starts its next run, as on Databricks; destroy ends that one).
