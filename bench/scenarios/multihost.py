@@ -11,6 +11,10 @@ from its own log: ``epoch N finalized`` lines carry the driver's clock.
   a here, worker b in its own network and mount namespaces). Rows/s over the epochs after the first.
   The machine has 2 cores: both "hosts" share them with the driver and HDFS, so the ratio shows the
   cost of distribution, not scaling.
+- **Kafka → Postgres, two hosts vs local[2]**: 200,000 Avro records (the ``kafka_avro`` scenario's
+  topic) read from the broker's listener on host A's address (both hosts reach it) in epochs of
+  25,000 → SQL projection → a Postgres table, written from the executors to the server's address on
+  the same pair; rows/s over the epochs after the first.
 - **cold start, shipped environment vs same path**: on the loopback cluster of ``up spark`` (both
   workers on this host, so the same-path start works there), a one-epoch pipeline whose SQL calls a
   Python UDF (executors must start Python workers with streamling and pyarrow): process launch → first
@@ -46,6 +50,7 @@ NAME = "multihost"
 TIMEOUT_SECS = 600
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO streamling: flow \S+: epoch (\d+) finalized "
                     r"\((\d+) input rows\)", re.M)
+KAFKA_ROWS = 200_000
 HDFS_CLIENT = {"spark.hadoop.dfs.replication": "1",
                "spark.hadoop.dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "20"}
 
@@ -98,8 +103,11 @@ def _pack_secs() -> float:
 def run(options: Options) -> ScenarioResult:
     why = ensure_services("hdfs", "spark_multihost", "spark", present=(
         "STREAMLING_TEST_HDFS_URL", "STREAMLING_TEST_MULTIHOST_MASTER", "STREAMLING_TEST_SPARK_MASTER"))
-    sides = {n: Side(n) for n in ("ckpt_local", "ckpt_hdfs", "local2_delta", "twohost_delta", "cold_local",
-                                  "cold_shipped")}
+    sides = {n: Side(n) for n in ("ckpt_local", "ckpt_hdfs", "local2_delta", "twohost_delta", "local2_kafka_pg",
+                                  "twohost_kafka_pg", "cold_local", "cold_shipped")}
+    why = why or ensure_services("postgres", "kafka", "registry", present=(
+        "STREAMLING_TEST_POSTGRES_HOSTB_ADDRESS", "STREAMLING_TEST_KAFKA_HOSTS_BOOTSTRAP",
+        "STREAMLING__KAFKA_SOURCE__SCHEMA_REGISTRY_URL"))
     if why:
         return ScenarioResult(NAME, {}, sides, skipped=why)
     hdfs = os.environ["STREAMLING_TEST_HDFS_URL"]
@@ -129,6 +137,34 @@ def run(options: Options) -> ScenarioResult:
         "twohost_delta": lambda: delta({"spark__master": os.environ["STREAMLING_TEST_MULTIHOST_MASTER"]}, cluster),
     }, sides, log)
 
+    from scenarios.kafka_avro import prepare_topic
+
+    topic = prepare_topic(KAFKA_ROWS).topic
+    shared = {"kafka_source__brokers": os.environ["STREAMLING_TEST_KAFKA_HOSTS_BOOTSTRAP"],
+              "kafka_source__max_offsets_per_epoch": str(KAFKA_ROWS // 8),
+              "postgres_sink__host": os.environ["STREAMLING_TEST_POSTGRES_HOSTB_ADDRESS"],
+              "num_records_before_stop": str(KAFKA_ROWS)}
+
+    def kafka_pg(settings: dict[str, str], conf: dict[str, str]) -> dict[str, Any]:
+        table = f"mh_{uuid.uuid4().hex[:10]}"
+        text = (f"sources:\n  src: {{type: kafka, topic: {topic}, starting_offsets: earliest}}\n"
+                "transforms:\n  shaped: {type: sql, sql: \"SELECT id, user_id, lower(country) AS country, "
+                "amount * 1.1 AS amount_with_fee, ts FROM src\"}\n"
+                f"sinks:\n  out: {{type: postgres, from: shaped, schema: bench, table: {table}}}\n")
+        try:
+            return run_cli(text, conf, {**settings, **shared, "state_dir": tempfile.mkdtemp(prefix="sl-kpg-")})
+        finally:
+            import psycopg
+
+            with psycopg.connect(os.environ["STREAMLING_TEST_POSTGRES_DSN"], autocommit=True) as conn:
+                conn.execute(f"DROP TABLE IF EXISTS bench.{table}")
+
+    interleaved(options.runs, {
+        "local2_kafka_pg": lambda: kafka_pg(local2, {}),
+        "twohost_kafka_pg": lambda: kafka_pg({"spark__master": os.environ["STREAMLING_TEST_MULTIHOST_MASTER"]},
+                                             cluster),
+    }, sides, log)
+
     udf = _pipeline(2_000, 2_000, "SELECT id, _gs_xxhash(customer) AS h FROM orders",
                     "{type: blackhole, from: shaped}")
     loopback = {"spark__master": os.environ["STREAMLING_TEST_SPARK_MASTER"]}
@@ -147,6 +183,8 @@ def run(options: Options) -> ScenarioResult:
         "checkpoint hdfs: s/epoch": (s["ckpt_hdfs"].median("secs_per_epoch"), "s"),
         "delta local[2]": (s["local2_delta"].median("rows_per_sec"), "rows/s"),
         "delta two hosts": (s["twohost_delta"].median("rows_per_sec"), "rows/s"),
+        "kafka → postgres local[2]": (s["local2_kafka_pg"].median("rows_per_sec"), "rows/s"),
+        "kafka → postgres two hosts": (s["twohost_kafka_pg"].median("rows_per_sec"), "rows/s"),
         "cold same-path: first epoch": (s["cold_local"].median("first_epoch_secs"), "s"),
         "cold shipped: first epoch": (s["cold_shipped"].median("first_epoch_secs"), "s"),
         "cold same-path: exit": (s["cold_local"].median("exit_secs"), "s"),
@@ -156,6 +194,8 @@ def run(options: Options) -> ScenarioResult:
     result.ratios = {
         "hdfs/local s per epoch": paired_ratio(s["ckpt_hdfs"], s["ckpt_local"], "secs_per_epoch", False) ** -1,
         "two hosts/local[2] rows/s": paired_ratio(s["twohost_delta"], s["local2_delta"], "rows_per_sec"),
+        "two hosts/local[2] kafka → postgres rows/s": paired_ratio(s["twohost_kafka_pg"], s["local2_kafka_pg"],
+                                                                  "rows_per_sec"),
         "shipped/same-path first epoch": paired_ratio(s["cold_shipped"], s["cold_local"], "first_epoch_secs",
                                                       False) ** -1,
     }

@@ -122,8 +122,15 @@ def _norm(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
+#: streamling's own requirements that only the notebook front end imports, in the driver's kernel:
+#: executors never do, so they and what only they need (jedi, prompt-toolkit, Pygments, the widget
+#: bundles …) stay out of the archive
+_NOTEBOOK_ONLY = frozenset({"ipython", "ipywidgets", "anywidget"})
+
+
 def _closure(roots: Iterable[str]) -> list[md.Distribution]:
-    """Installed distributions ``roots`` need at run time (extras they ask for included)."""
+    """Installed distributions ``roots`` need at run time (extras they ask for included), less what
+    only streamling's notebook front end needs (``_NOTEBOOK_ONLY``)."""
     installed: dict[str, md.Distribution] = {}
     for dist in md.distributions():
         installed.setdefault(_norm(dist.metadata["Name"] or ""), dist)
@@ -141,6 +148,8 @@ def _closure(roots: Iterable[str]) -> list[md.Distribution]:
             req = Requirement(text)
             wanted = [""] + sorted(extras)
             if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in wanted):
+                continue
+            if name == "streamling" and _norm(req.name) in _NOTEBOOK_ONLY:
                 continue
             todo.append((_norm(req.name), frozenset(req.extras)))
     return sorted(found.values(), key=lambda d: _norm(d.metadata["Name"] or ""))
