@@ -58,3 +58,23 @@ def test_hybrid_phases_must_give_the_same_columns_and_types() -> None:
     assert schema_differences(history, live) == ["extra ['extra']", "'at' is string, not timestamp"]
     assert schema_differences(history, StructType(history.fields[:2])) == ["missing ['at']"]
     assert schema_differences(history, StructType([*history.fields, StructField("_gs_op", StringType())])) == []
+
+
+def test_a_replacing_table_is_collapsed_per_sorting_key_before_the_filter() -> None:
+    from streamling.sources.clickhouse import _engine_arguments, scan_query
+
+    plan = ScanPlan(table="`t`", select=["`k` AS `k`", "'i' AS _gs_op"], key="`k`", numeric_key=True,
+                    where="v > 0", replacing={"version": "`ver`", "is_deleted": "`is_deleted`"},
+                    sorting="k, id", columns=["`k`", "`id`", "`v`", "`ver`", "`is_deleted`"])
+    assert scan_query(plan, {"key": 1}, {"key": 9}) == (
+        "SELECT `k` AS `k`, 'i' AS _gs_op FROM (SELECT * FROM (SELECT `k`, `id`, `v`, `ver`, `is_deleted` FROM `t` "
+        "WHERE `k` > 1 AND `k` <= 9 ORDER BY k, id, `ver` DESC, `is_deleted` DESC LIMIT 1 BY k, id) "
+        "WHERE `is_deleted` = 0 AND (v > 0)) ORDER BY `k`")
+    final = ScanPlan(**{**plan.__dict__, "replacing": {"version": None, "is_deleted": None}, "where": None})
+    assert scan_query(final, {"key": None}, {"key": 9}) == (
+        "SELECT `k` AS `k`, 'i' AS _gs_op FROM (SELECT * FROM (SELECT `k`, `id`, `v`, `ver`, `is_deleted` FROM `t` "
+        "FINAL WHERE `k` <= 9)) ORDER BY `k`")
+    engine = "ReplicatedReplacingMergeTree"
+    assert _engine_arguments(f"{engine}('/ch/{{shard}}/t', '{{replica}}', `my ver`, is_deleted) ORDER BY (k, id)",
+                             engine) == ["'/ch/{shard}/t'", "'{replica}'", "`my ver`", "is_deleted"]
+    assert _engine_arguments("ReplacingMergeTree ORDER BY k SETTINGS x = 1", "ReplacingMergeTree") == []

@@ -9,12 +9,23 @@ highest key is fixed when the run starts (rows appended later are for the live p
 ``clickhouse_source.sort_key_range`` values of a numeric key, over ClickHouse's HTTP interface
 with Arrow; a span that times out is halved and read again. Offsets live in Spark's checkpoint and
 are copied to the state backend (``clickhouse_source:<node>``) once an epoch is committed.
+
+A ``ReplacingMergeTree`` table is read as Streamling reads it (its ``SELECT … FINAL`` semantics,
+computed by the source so that ties come out the same): per sorting-key tuple the row with the
+highest version wins, a delete (``is_deleted = 1``) wins a tie of versions, and a key whose winner
+is a delete is dropped. The version and ``is_deleted`` columns are taken from the engine's
+arguments and used whether or not ``columns`` selects them (the hybrid source projects to the live
+topic's columns); ``filter`` applies to the winning row, never to a superseded one. Without a version
+column ClickHouse keeps the row inserted last, which only ``FINAL`` knows, so that is what is read.
+Pages end on a whole first-sort-key value, so every version of a key tuple is in the same page and
+span (a "hot" key value with more rows than ``page_size`` is read whole, in one page).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,6 +58,10 @@ class ScanPlan:
     numeric_key: bool
     where: str | None  # the node's filter
     ceiling: Any = None  # highest key at the start of the run (None: the table is empty)
+    #: a ReplacingMergeTree: {"version": quoted column or None, "is_deleted": quoted column or None}
+    replacing: dict[str, str | None] | None = None
+    sorting: str | None = None  # the whole sorting key, as system.tables prints it (replacing only)
+    columns: list[str] | None = None  # every readable column, quoted (replacing only)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, default=str)
@@ -68,6 +83,71 @@ def page_condition(plan: ScanPlan, start: dict[str, Any], end: dict[str, Any] | 
     if plan.where:
         parts.append(f"({plan.where})")
     return " AND ".join(parts) or "1"
+
+
+def scan_query(plan: ScanPlan, start: dict[str, Any], end: dict[str, Any] | None) -> str:
+    """The rows of the page or span ``start``..``end``, in key order.
+
+    A ReplacingMergeTree is collapsed first, per sorting-key tuple, and only then filtered: the
+    innermost query keeps the winning version of each tuple of the span (a span bounds the first key
+    column, which every version of a tuple shares), the middle one drops deleted keys and applies
+    ``filter`` to plain columns, the outer one casts to the output columns."""
+    if plan.replacing is None:
+        return (f"SELECT {', '.join(plan.select)} FROM {plan.table} WHERE {page_condition(plan, start, end)} "
+                f"ORDER BY {plan.key}")
+    keys = page_condition(ScanPlan(**{**plan.__dict__, "where": None}), start, end)
+    columns = ", ".join(plan.columns or ["*"])
+    version, deleted = plan.replacing.get("version"), plan.replacing.get("is_deleted")
+    if version is None:  # the row inserted last wins: ClickHouse's own FINAL
+        inner = f"SELECT {columns} FROM {plan.table} FINAL WHERE {keys}"
+    else:
+        order = f"{version} DESC" + (f", {deleted} DESC" if deleted else "")
+        inner = (f"SELECT {columns} FROM {plan.table} WHERE {keys} ORDER BY {plan.sorting}, {order} "
+                 f"LIMIT 1 BY {plan.sorting}")
+    live = [f"{deleted} = 0"] if deleted else []
+    if plan.where:
+        live.append(f"({plan.where})")
+    middle = f"SELECT * FROM ({inner})" + (f" WHERE {' AND '.join(live)}" if live else "")
+    return f"SELECT {', '.join(plan.select)} FROM ({middle}) ORDER BY {plan.key}"
+
+
+def _column(name: str) -> str:
+    """A column name in back quotes, dots included (``n.x`` of a Nested column is one name)."""
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+_REPLACING = re.compile(r"^(?:Replicated|Shared)?ReplacingMergeTree$")
+
+
+def _engine_arguments(engine_full: str, engine: str) -> list[str]:
+    """The top-level arguments of ``Engine(a, 'b', `c`)`` at the start of ``engine_full``."""
+    text = engine_full.strip()
+    if not text.startswith(engine + "("):
+        return []
+    args: list[str] = []
+    depth, quote, current, escaped = 0, "", "", False
+    for ch in text[len(engine) + 1:]:
+        if quote:
+            current += ch
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "'`\"":
+            quote, current = ch, current + ch
+        elif ch == "(":
+            depth, current = depth + 1, current + ch
+        elif ch == ")" and depth:
+            depth, current = depth - 1, current + ch
+        elif ch == ")":
+            break
+        elif ch == "," and not depth:
+            args, current = [*args, current.strip()], ""
+        else:
+            current += ch
+    return [a for a in [*args, current.strip()] if a]
 
 
 def _spans(plan: ScanPlan, start: dict[str, Any], end: dict[str, Any], width: int) -> list[tuple[dict[str, Any],
@@ -163,8 +243,7 @@ def _data_source_class() -> type:
             from streamling.spec.types import arrow_for_spark
 
             plan = self.plan
-            query = (f"SELECT {', '.join(plan.select)} FROM {plan.table} WHERE {page_condition(plan, start, end)} "
-                     f"ORDER BY {plan.key}")
+            query = scan_query(plan, start, end)
             try:
                 table = self.client().query_arrow(query, use_strings=True)
             except Exception as exc:
@@ -250,12 +329,16 @@ class ClickHouseSource(Source[ClickHouseSourceOptions]):
             client = connect(self.conn)
             key = sorting_key(client, database, table)
             described = client.query(f"DESCRIBE TABLE {quote_identifier(database)}.{quote_identifier(table)}")
+            engine = client.query("SELECT engine, engine_full, sorting_key FROM system.tables "
+                                  "WHERE database = {db:String} AND name = {t:String}",
+                                  parameters={"db": database, "t": table}).result_rows
         except LookupError as exc:
             raise self.ctx.error(f"{where} does not exist at {self.conn.url}", code="clickhouse_table_missing",
                                  hint="create it, or fix table_name / clickhouse_source.database") from exc
         except Exception as exc:
             raise self._fail(f"reading the columns of {where}", exc) from exc
         columns = {str(row[0]): str(row[1]) for row in described.result_rows}
+        readable = [str(row[0]) for row in described.result_rows if len(row) < 3 or row[2] != "EPHEMERAL"]
         wanted = self.options.columns or list(columns)
         missing = [c for c in wanted if c not in columns]
         if missing:
@@ -281,6 +364,10 @@ class ClickHouseSource(Source[ClickHouseSourceOptions]):
         quoted = f"{quote_identifier(database)}.{quote_identifier(table)}"
         plan = ScanPlan(table=quoted, select=select, key=quote_identifier(paging), numeric_key=numeric,
                         where=self.options.filter)
+        if engine and _REPLACING.match(str(engine[0][0])):
+            plan = ScanPlan(**{**plan.__dict__, "replacing": self._replacing(where, str(engine[0][0]),
+                                                                             str(engine[0][1]), columns),
+                               "sorting": str(engine[0][2]), "columns": [_column(c) for c in readable]})
         try:
             top = client.query(f"SELECT max({plan.key}), count() FROM {quoted}"
                                + (f" WHERE ({plan.where})" if plan.where else "")).result_rows
@@ -295,6 +382,21 @@ class ClickHouseSource(Source[ClickHouseSourceOptions]):
         plan = ScanPlan(**{**plan.__dict__, "ceiling": ceiling})
         self._described = (plan, StructType(fields), [k for k in key if k in columns])
         return self._described
+
+    def _replacing(self, where: str, engine: str, engine_full: str, columns: dict[str, str]) -> dict[str, str | None]:
+        """The version and ``is_deleted`` columns of a ReplacingMergeTree, from its engine arguments
+        (a replicated engine's leading path and replica literals skipped)."""
+        args = [a for a in _engine_arguments(engine_full, engine) if not a.startswith("'")]
+        names = [a[1:-1].replace("\\`", "`").replace("\\\\", "\\") if a.startswith("`") else a for a in args]
+        unknown = [a for a in names if a not in columns]
+        if len(names) > 2 or unknown:
+            raise self.ctx.error(
+                f"{where} is a {engine} whose version / is_deleted arguments {args} are not columns of it, so "
+                "the source cannot collapse its rows as SELECT … FINAL does (newest version per sorting key, a "
+                "delete winning a tie)", code="clickhouse_replacing_unsupported",
+                hint="copy the rows wanted into a MergeTree table ordered by a column, and read that")
+        quoted = [_column(n) for n in names]
+        return {"version": quoted[0] if quoted else None, "is_deleted": quoted[1] if len(quoted) > 1 else None}
 
     def inferred_primary_key(self) -> list[str]:
         return self.describe()[2] if not self.ctx.dry_run or self._described else []
