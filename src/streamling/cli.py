@@ -139,10 +139,26 @@ def _load(args: argparse.Namespace) -> tuple[Settings, Any]:
     return settings, load_pipeline(path, rewrite)
 
 
+class _WarningMessages(logging.Handler):
+    """The messages of the warnings logged, each once, in the order they first came."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if record.levelno == logging.WARNING and message not in self.messages:
+            self.messages.append(message)
+
+
 def validate(args: argparse.Namespace) -> int:
-    """``--validate``: exactly one JSON object on stdout, warnings are the WARN lines seen."""
+    """``--validate``: exactly one JSON object on stdout; ``warnings`` holds the messages of the
+    warnings logged meanwhile (not whole log lines), each once, in order."""
     captured = io.StringIO()
     setup_logging("text", args.debug, capture=captured)
+    warnings = _WarningMessages()
+    logging.getLogger().addHandler(warnings)
     result: dict[str, Any] = {"success": True, "is_valid": True, "errors": [], "warnings": []}
     try:
         settings, spec = _load(args)
@@ -153,7 +169,7 @@ def validate(args: argparse.Namespace) -> int:
         result.update(is_valid=False, errors=[exc.headline()], success=exc.user)
     except Exception as exc:  # noqa: BLE001 - an internal error is still reported as JSON
         result.update(success=False, is_valid=False, errors=[f"internal error: {exc}"])
-    result["warnings"] = [line for line in captured.getvalue().splitlines() if " WARNING " in line]
+    result["warnings"] = warnings.messages
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()
     return 0 if result["is_valid"] else 1

@@ -103,6 +103,9 @@ def test_validate_refuses_a_table_on_the_driver_disk_but_only_warns_for_checkpoi
     warnings = result["warnings"]
     assert isinstance(warnings, list)
     assert any("state_dir" in w and "is on the driver host's disk" in w for w in warnings)
+    # Messages, as Streamling's output and our errors are: no timestamps, levels or logger names; once each.
+    assert all(" WARNING " not in w and not w[:4].isdigit() for w in warnings), warnings
+    assert len(warnings) == len(set(warnings))
 
 
 def test_a_loopback_cluster_is_one_host(tmp_path: Path) -> None:

@@ -201,3 +201,14 @@ def test_duplicate_key_is_an_error() -> None:
         assert exc.location is not None and exc.location.line == 3
         return
     raise AssertionError("the duplicate 'orders' was accepted")
+
+
+def test_a_transform_with_only_sql_is_a_sql_transform_as_in_streamling() -> None:
+    spec = parse_pipeline("sources: {orders: {type: generate, rows: 10}}\n"
+                          "transforms: {stringify: {sql: 'SELECT CAST(id AS STRING) AS id FROM orders'}}\n"
+                          "sinks: {out: {type: print, from: stringify}}\n")
+    node = spec.nodes["stringify"]
+    assert node.node_type.name == "sql" and node.options.sql.startswith("SELECT CAST")
+    with pytest.raises(ValidationError, match="transform 'odd' has no 'type'"):
+        parse_pipeline("sources: {orders: {type: generate, rows: 10}}\ntransforms: {odd: {from: orders}}\n"
+                       "sinks: {out: {type: print, from: odd}}\n")

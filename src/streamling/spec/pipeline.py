@@ -277,6 +277,10 @@ def build_pipeline(doc: LoadedDocument) -> PipelineSpec:
                 continue
             type_name = body.get("type")
             available = sorted(REGISTRY[kind])
+            if not type_name and kind == "transform" and "sql" in body:
+                # Streamling reads a transform with only ``sql:`` as a SQL transform.
+                type_name = "sql"
+                body = {**body, "type": "sql"}
             if not type_name:
                 col.add(path, f"{kind} '{name}' has no 'type'; available {kind} types: {', '.join(available)}")
                 continue
