@@ -114,7 +114,9 @@ def test_missing_pipeline_file_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_sigterm_finishes_the_epoch_and_exits_zero(tmp_path: Path) -> None:
+def test_sigterm_to_the_process_group_finishes_the_epoch_and_exits_zero(tmp_path: Path) -> None:
+    """As systemd, ``timeout`` and shells do, the signal goes to the whole group (``setsid`` + ``kill
+    -TERM -- -PGID``): the driver JVM, in a session of its own, keeps running while the epoch drains."""
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text("sources:\n  s: {type: generate, rows_per_second: 2000, rows_per_batch: 1000}\n"
                         f"sinks:\n  lake: {{type: delta, from: s, path: \"{tmp_path / 'lake'}\"}}\n")
@@ -123,7 +125,7 @@ def test_sigterm_finishes_the_epoch_and_exits_zero(tmp_path: Path) -> None:
     admin = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "streamling.cli", str(pipeline)], cwd=tmp_path,
                             env=_env(STREAMLING__CHECKPOINT_INTERVAL_SEC="0.5", STREAMLING__ADMIN_API_PORT=str(admin)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stderr is not None
     deadline = time.monotonic() + 240
     seen = []
@@ -137,8 +139,9 @@ def test_sigterm_finishes_the_epoch_and_exits_zero(tmp_path: Path) -> None:
     [ui] = [line.rsplit(" on ", 1)[1].strip() for line in seen if "Spark UI (Structured Streaming tab) on" in line]
     assert httpx.get(f"{ui}/StreamingQuery/", timeout=10, follow_redirects=True).status_code == 200
     assert httpx.get(f"http://127.0.0.1:{admin}/health/ready", timeout=10).json()["status"] == "running"
-    proc.send_signal(signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGTERM)
     rest = proc.communicate(timeout=120)[1]
     assert proc.returncode == 0, rest[-3000:]
     assert "received SIGTERM" in rest
     assert "pipeline finished" in rest
+    assert "Traceback" not in rest and "Py4JJavaError" not in rest, rest[-3000:]

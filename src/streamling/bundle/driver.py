@@ -294,7 +294,15 @@ class Fence:
                 self.exit_file.write_text("75")
             except OSError:
                 pass
-        # The whole session: this process, its Spark JVM and Spark's Python workers, at once.
+        # The driver JVM (in a session of its own) first, then this process and Spark's Python workers.
+        from streamling.runtime.session import jvm_process_group
+
+        jvm = jvm_process_group()
+        if jvm is not None:
+            try:
+                os.killpg(jvm, signal.SIGKILL)
+            except OSError:
+                pass
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
 

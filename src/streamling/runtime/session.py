@@ -16,7 +16,7 @@ import sys
 import threading
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streamling import storage
 from streamling.config import Settings
@@ -232,12 +232,44 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
     builder = builder.config("spark.driver.extraJavaOptions", " ".join(o for o in options if o))
     for key, value in user_conf.items():
         builder = builder.config(key, value)
-    spark = launch_with_filtered_stderr(builder.getOrCreate)
+    def launch() -> SparkSession:
+        _own_session_gateway(builder)
+        return builder.getOrCreate()
+
+    spark = launch_with_filtered_stderr(launch)
     spark.sparkContext.setLogLevel("ERROR")
     if spark.sparkContext.uiWebUrl:
         log.info("Spark UI (Structured Streaming tab) on %s", spark.sparkContext.uiWebUrl)
     _apply_runtime_settings(spark, settings)
     return spark
+
+
+def _own_session_gateway(builder: Any) -> None:
+    """Launch the driver JVM as PySpark would, but in a session of its own.
+
+    ``systemd`` (by default), ``timeout``, shells and container runtimes signal a whole process
+    group: a SIGTERM meant to make the driver finish its epoch would also reach a JVM in the driver's
+    group and stop Spark under it mid-epoch. In its own session the JVM only hears from us; it still
+    ends with this process (PySpark's gateway exits when its stdin closes), and SIGINT is ignored by
+    it as PySpark arranges."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is None:
+            conf = SparkConf(loadDefaults=False)
+            for key, value in builder._options.items():
+                conf.set(key, value)
+            SparkContext._gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+            SparkContext._jvm = SparkContext._gateway.jvm
+
+
+def jvm_process_group() -> int | None:
+    """The process group of this process's driver JVM when it runs in a session of its own."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    return int(proc.pid) if proc is not None else None
 
 
 def _apply_runtime_settings(spark: SparkSession, settings: Settings) -> None:
