@@ -227,7 +227,9 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
         paths = [str(j) for j in jars] + [p for p in [user_conf.pop(CLASS_PATH, "")] if p]
         builder = builder.config(CLASS_PATH, os.pathsep.join(paths))
     else:
-        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
+        # The user's jars (hadoop-aws for s3a://, say) join ours: set alone they would replace them.
+        theirs = [j for j in user_conf.pop("spark.jars", "").split(",") if j.strip()]
+        builder = builder.config("spark.jars", ",".join([str(j) for j in jars] + theirs))
     options.append(user_conf.pop("spark.driver.extraJavaOptions", ""))  # the user's come last: they win
     builder = builder.config("spark.driver.extraJavaOptions", " ".join(o for o in options if o))
     for key, value in user_conf.items():
