@@ -228,8 +228,8 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
         builder = builder.config(CLASS_PATH, os.pathsep.join(paths))
     else:
         # The user's jars (hadoop-aws for s3a://, say) join ours: set alone they would replace them.
-        theirs = [j for j in user_conf.pop("spark.jars", "").split(",") if j.strip()]
-        builder = builder.config("spark.jars", ",".join([str(j) for j in jars] + theirs))
+        user_jars = [j for j in str(user_conf.pop("spark.jars", "")).split(",") if j.strip()]
+        builder = builder.config("spark.jars", ",".join([*(str(j) for j in jars), *user_jars]))
     options.append(user_conf.pop("spark.driver.extraJavaOptions", ""))  # the user's come last: they win
     builder = builder.config("spark.driver.extraJavaOptions", " ".join(o for o in options if o))
     for key, value in user_conf.items():
