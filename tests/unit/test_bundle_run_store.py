@@ -64,3 +64,18 @@ def test_validate_warns_when_a_multi_host_target_keeps_runs_on_one_host(
     bundle = load_bundle(tmp_path, None, variables={}, environ={}, user="alice")
     hits = [w for w in bundle.warnings if "job_runner.store: postgres" in w]
     assert bool(hits) == warned, bundle.warnings
+
+
+def test_a_checkpoint_on_shared_storage_counts_once_the_task_ran(tmp_path: Path) -> None:
+    ws = Workspace(str(tmp_path))
+    remote = "hdfs://nn:8020/streamling/state"
+    assert not ws.has_checkpoint("app", remote, "job", "task")
+    store = ws.open_store()
+    run_id = store.create_run("job", 1, "manual", {}, ["task"])
+    store.start_attempt(run_id, "task", 1, 1, str(tmp_path / "t.log"), "host-a")
+    store.close()
+    assert ws.has_checkpoint("app", remote, "job", "task")
+    assert not ws.has_checkpoint("app", remote, "job", "other")
+    local = tmp_path / "elsewhere"
+    (local / "app" / "flow" / "checkpoint" / "offsets").mkdir(parents=True)
+    assert ws.has_checkpoint("app", str(local)) and not ws.has_checkpoint("app")

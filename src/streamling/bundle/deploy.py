@@ -356,7 +356,9 @@ def _refuse_incompatible(ws: Workspace, live: Mapping[str, Any] | None, jobs: Ma
         for task in job["tasks"]:
             before = old.get(task["task_key"])
             app = task.get("application_id")
-            if before is None or app is None or before.get("application_id") != app or not ws.has_checkpoint(app):
+            state_dir = (live.get("config") or {}).get("state_dir")
+            if before is None or app is None or before.get("application_id") != app \
+                    or not ws.has_checkpoint(app, state_dir, key, task["task_key"]):
                 continue
             changes = source_changes(before.get("sources") or {}, task.get("sources") or {})
             if changes:

@@ -218,6 +218,12 @@ class Redeploys:
                  "deployment %d keeps running", self.task_key, version, old)
         try:
             nxt = _definition(self.ws, version, self.job_key, self.task_key, self.params)
+            changes = self._source_changes(old, version)
+            if changes:
+                raise StreamlingError(
+                    f"{'; '.join(changes)}: the running pipeline's checkpoint records the old sources' offsets, so "
+                    "the new definition cannot resume from it", code="bundle_checkpoint_incompatible",
+                    hint="deploy it under a new application_id; it then reads its sources from their starting offsets")
             reasons = handover.restart_reasons(self.jvm_settings, nxt.settings)
             if reasons:
                 why = "; ".join(reasons)
@@ -243,6 +249,18 @@ class Redeploys:
         log.info("job task '%s': deployment %d checked; stopping deployment %d after its epoch in flight",
                  self.task_key, version, old)
         pipeline.request_stop(f"deployment {version} takes over")
+
+    def _source_changes(self, old: int, new: int) -> list[str]:
+        """How the task's sources differ between two deployments (the deploy's own rule, checked again
+        here: a deploy cannot always see the checkpoint, this driver runs on it)."""
+        from streamling.bundle.deploy import source_changes
+
+        def sources(version: int) -> dict[str, Any]:
+            job = _deployment(self.ws, self.ws.root, version)["jobs"].get(self.job_key) or {}
+            task = next((t for t in job.get("tasks", []) if t["task_key"] == self.task_key), None) or {}
+            return dict(task.get("sources") or {})
+
+        return source_changes(sources(old), sources(new))
 
     def _report(self, state: str, request: int | None, message: str | None = None) -> None:
         handover.write(self.status_path, {"running": self.running.version, "request": request, "state": state,

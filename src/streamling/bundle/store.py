@@ -286,6 +286,11 @@ class Store:
     def attempts(self, run_id: int) -> list[Row]:
         return self.query("SELECT * FROM attempts WHERE run_id=? ORDER BY id", (run_id,))
 
+    def task_ran(self, job_key: str, task_key: str) -> bool:
+        """Whether any attempt of the task was ever started (under any deployment)."""
+        return bool(self.query("SELECT 1 AS ran FROM attempts a JOIN runs r ON r.id = a.run_id "
+                               "WHERE r.job_key=? AND a.task_key=? LIMIT 1", (job_key, task_key)))
+
     def running_attempts(self) -> list[Row]:
         return self.query("SELECT * FROM attempts WHERE state='running' ORDER BY id")
 

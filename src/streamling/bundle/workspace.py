@@ -173,8 +173,22 @@ class Workspace:
     def checkpoint_root(self, application_id: str) -> Path:
         return self.state_dir / application_id
 
-    def has_checkpoint(self, application_id: str) -> bool:
-        root = self.checkpoint_root(application_id)
+    def has_checkpoint(self, application_id: str, state_dir: str | None = None, job_key: str = "",
+                       task_key: str = "") -> bool:
+        """Whether the task may have a checkpoint to resume. Under the root (or another local
+        ``state_dir``) the folders say; on shared storage (``config.state_dir: hdfs://…``), which a
+        deploy cannot list without a JVM, or relative to where the driver runs, any attempt the run
+        store recorded for the task counts."""
+        from streamling import storage
+
+        if state_dir and (not storage.is_local(state_dir) or not storage.local_path(state_dir).is_absolute()):
+            store = self.open_store()
+            try:
+                return store.task_ran(job_key, task_key)
+            finally:
+                store.close()
+        root = Path(storage.local_path(state_dir)) / application_id if state_dir else self.checkpoint_root(
+            application_id)
         return root.exists() and any(root.glob("*/checkpoint/offsets"))
 
 
