@@ -146,9 +146,11 @@ class Runner:
         try:
             self._adopt()
             while not self._stop.is_set():
+                idle = False
                 try:
                     self._renew_lease()
                     self.tick()
+                    idle = self._idle()
                 except LeaseLost as exc:
                     log.error("%s; this runner stops supervising (its drivers are fenced by the runner that took "
                               "over, or adopted by the next runner on this host)", exc)
@@ -157,7 +159,7 @@ class Runner:
                     log.warning("%s; trying again", exc.headline())
                 except Exception:  # noqa: BLE001 - the supervisor must outlive one bad tick
                     log.exception("runner tick failed")
-                if self._idle():
+                if idle:
                     log.info("nothing to run or schedule; the runner exits (any bundle command starts it again)")
                     if self.store.shared:
                         self.store.release_lease(self.holder)
