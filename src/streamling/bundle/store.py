@@ -22,8 +22,9 @@ import re
 import sqlite3
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -171,7 +172,7 @@ class StoreUnavailable(StreamlingError):
     """The run store did not answer; a runner tries again on its next tick."""
 
 
-class Store:
+class Store(ABC):
     """Typed calls over the run tables; each is one short transaction. See the module docstring."""
 
     #: several hosts reach it: the runner holds a lease, drivers heartbeat and obey fences
@@ -181,16 +182,17 @@ class Store:
     _REAL = "REAL"
     NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Release the connection(s)."""
 
+    @abstractmethod
     def destroy(self) -> None:
-        """Delete every run of the root (``bundle destroy``); the SQLite file goes with the root folder."""
+        """Delete every run of the root (``bundle destroy``)."""
 
-    @contextmanager
-    def tx(self) -> Iterator[Tx]:
-        raise NotImplementedError
-        yield
+    @abstractmethod
+    def tx(self) -> AbstractContextManager[Tx]:
+        """One transaction: every ``execute`` in it commits together, or none does."""
 
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Row]:
         with self.tx() as c:
@@ -389,6 +391,9 @@ class SqliteStore(Store):
 
     def close(self) -> None:
         self._conn.close()
+
+    def destroy(self) -> None:
+        """Nothing to do here: the file goes with the root folder."""
 
     @contextmanager
     def tx(self) -> Iterator[Tx]:
