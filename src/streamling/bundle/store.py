@@ -435,18 +435,23 @@ class PostgresStore(Store):
         self.describe = f"{conn.describe()} (schema {schema})"
         # Short bounds: the runner ticks twice a second and its lease lasts lease_secs; a store that
         # does not answer within a few seconds is an outage to ride out, not a statement to wait for.
+        from psycopg import sql
+
         bound = max(1.0, settings.lease_secs / 4)
+        search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(schema))
+
+        def configure(connection: Any) -> None:
+            connection.execute(search_path)
+
+        # Each pooled connection is set to the root's schema once, when it is made (not per transaction).
         self._pool = PostgresPool(conn.conninfo(), target=conn.describe(), describe="job runner store",
                                   application_name="streamling job runner",
                                   settings=PoolSettings(acquire_timeout_secs=bound, statement_timeout_secs=bound,
                                                         max_size=4),
-                                  autocommit=True)
-        from psycopg import sql
-
+                                  autocommit=True, configure=configure)
         with self._connection() as c, c.transaction():
             c.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (schema,))  # two first opens at once
             c.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-            c.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(schema)))
             for stmt in self._schema():
                 c.execute(stmt.encode())
 
@@ -476,10 +481,7 @@ class PostgresStore(Store):
 
     @contextmanager
     def tx(self) -> Iterator[Tx]:
-        from psycopg import sql
-
         with self._connection() as conn, conn.transaction():
-            conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(self.schema)))
             yield _PostgresTx(conn)
 
 
