@@ -268,9 +268,14 @@ class Redeploys:
 
 
 class Fence:
-    """Heartbeats this attempt in a shared run store; stops the driver's process group when fenced."""
+    """Heartbeats this attempt in a shared run store; stops the driver's process group when fenced.
+
+    A watchdog apart from the heartbeat measures the silence: a heartbeat hanging on a cut network
+    cannot delay the stop past half a lease after the last one that got through, while a runner
+    taking over waits for a whole lease of silence before it starts the task elsewhere."""
 
     EVERY_SECS = 1.0
+    WATCH_SECS = 0.2
 
     def __init__(self, root: Path, attempt_id: int, exit_file: Path | None) -> None:
         from streamling.bundle.workspace import Workspace
@@ -280,9 +285,11 @@ class Fence:
         self.lease_secs = ws.store_settings().lease_secs
         self.store = ws.open_store()
         self._ok = time.monotonic()
-        threading.Thread(target=self._loop, name="streamling-fence", daemon=True).start()
+        self._last_error = "no answer"
+        threading.Thread(target=self._beat, name="streamling-fence", daemon=True).start()
+        threading.Thread(target=self._watch, name="streamling-fence-watchdog", daemon=True).start()
 
-    def _loop(self) -> None:
+    def _beat(self) -> None:
         from streamling.bundle.store import StoreUnavailable
 
         while True:
@@ -294,13 +301,18 @@ class Fence:
                 elif row["fenced_at"] is not None:
                     self._stop(f"runner {row['fenced_by']} took over supervision and runs this task on its host")
             except StoreUnavailable as exc:
-                silent = time.monotonic() - self._ok
-                if silent > self.lease_secs / 2:
-                    self._stop(f"the run store has not answered for {silent:.1f}s ({exc.headline()}), so another "
-                               "runner may start this task elsewhere")
+                self._last_error = exc.headline()
             except Exception:  # noqa: BLE001 - the heartbeat must outlive one bad look
                 log.exception("heartbeat to the run store failed")
             time.sleep(self.EVERY_SECS)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self.WATCH_SECS)
+            silent = time.monotonic() - self._ok
+            if silent > self.lease_secs / 2:
+                self._stop(f"the run store has not answered for {silent:.1f}s ({self._last_error}), so another "
+                           "runner may start this task elsewhere")
 
     def _stop(self, why: str) -> None:
         log.error("this driver stops now: %s. The epoch in flight is not committed; the task resumes from its "
