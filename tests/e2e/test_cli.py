@@ -145,3 +145,26 @@ def test_sigterm_to_the_process_group_finishes_the_epoch_and_exits_zero(tmp_path
     assert "received SIGTERM" in rest
     assert "pipeline finished" in rest
     assert "Traceback" not in rest and "Py4JJavaError" not in rest, rest[-3000:]
+
+
+def test_a_stop_while_the_driver_starts_exits_zero_at_once(tmp_path: Path) -> None:
+    """SIGTERM after the run began but before Spark is up: no epoch ran, none is owed; no epoch is
+    started for it, and the exit is 0 (not the shutdown budget's 3)."""
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("sources:\n  s: {type: generate, rows_per_second: 2000, rows_per_batch: 1000}\n"
+                        f"sinks:\n  lake: {{type: delta, from: s, path: \"{tmp_path / 'lake'}\"}}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "streamling.cli", str(pipeline)], cwd=tmp_path,
+                            env=_env(STREAMLING__ADMIN_API_PORT="0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    assert proc.stderr is not None
+    seen = []
+    while not any("starting pipeline" in line for line in seen):
+        line = proc.stderr.readline()
+        assert line, "".join(seen)
+        seen.append(line)
+    os.killpg(proc.pid, signal.SIGTERM)  # the JVM is still being launched
+    rest = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 0, rest[-3000:]
+    assert "before the first epoch: nothing to finish" in rest or "while the pipeline was still starting" in rest, rest
+    assert "finalized" not in rest and "Traceback" not in rest
+    assert not (tmp_path / "lake" / "_delta_log").exists()
