@@ -1,11 +1,20 @@
-"""The environment shipped to executors on other hosts: what it holds, and what its launcher says on
-a worker without a Python of the driver's minor version."""
+"""The environment shipped to executors on other hosts: what it holds, how a worker host fetches it
+once, and what its launcher says on a worker that lacks a Python of the driver's minor version or
+cannot reach the driver."""
 
 from __future__ import annotations
 
+import importlib.metadata as md
+import io
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,28 +52,97 @@ def test_masters_that_span_hosts_ship_the_environment_by_default() -> None:
         .ships_environment()
 
 
-def _launcher(tmp_path: Path, minor: str) -> Path:
-    script = tmp_path / "env" / "bin" / "python"
-    script.parent.mkdir(parents=True)
-    script.write_text(environment._LAUNCHER.format(minor=minor, full=f"{minor}.7", marker=environment._MARKER))
+def _zip(path: Path, files: dict[str, str]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return path
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, environment.EnvironmentServer]]:
+    """An executor's files folder (the launcher unpacked as ``streamling_env``, ``streamling_env.url``)
+    and the server of two tiny parts, as a driver publishes them."""
+    server = environment.EnvironmentServer("127.0.0.1", 0)
+    server.register({"deps-1": _zip(tmp_path / "deps-1.zip", {"shipped_probe.py": "WHERE = 'deps'\n"}),
+                     "code-2": _zip(tmp_path / "code-2.zip", {"shipped_code.py": "WHERE = 'code'\n"})})
+    files = tmp_path / "executor"
+    (files / environment.ALIAS / "bin").mkdir(parents=True)
+    (files / environment.URL_FILE).write_text(server.url("127.0.0.1") + "\n")
+    try:
+        yield files, server
+    finally:
+        server.close()
+
+
+def _launcher(files: Path, minor: str, parts: str = "deps-1 code-2") -> Path:
+    script = files / environment.ALIAS / "bin" / environment.EXECUTOR_PYTHON
+    script.write_text(environment._LAUNCHER.format(minor=minor, full=f"{minor}.7", marker=environment._MARKER,
+                                                   parts=parts, fetch=environment._FETCH))
     script.chmod(0o755)
-    (tmp_path / "env" / "site-packages").mkdir()
-    (tmp_path / "env" / "site-packages" / "shipped_probe.py").write_text("WHERE = 'archive'\n")
+    fetch = Path(environment.__file__).with_name(environment._FETCH)
+    shutil.copy(fetch, script.with_name(environment._FETCH))
     return script
 
 
-def test_the_launcher_runs_a_python_of_the_same_minor_with_the_archives_packages(tmp_path: Path) -> None:
+def _env(cache: Path, **extra: str) -> dict[str, str]:
+    return {"PATH": os.environ["PATH"], "STREAMLING_WORKER_PYTHON": sys.executable,
+            "STREAMLING_WORKER_CACHE": str(cache), **extra}
+
+
+PROBE = "import shipped_probe, shipped_code, sys; print(shipped_probe.WHERE, shipped_code.WHERE, *sys.path[1:4])"
+
+
+def test_the_launcher_fetches_each_part_once_per_host_and_runs_the_workers_python_with_them(
+        served: tuple[Path, environment.EnvironmentServer], tmp_path: Path) -> None:
+    files, server = served
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    script = _launcher(tmp_path, minor)
-    env = {"PATH": os.environ["PATH"], "STREAMLING_WORKER_PYTHON": sys.executable, "PYTHONPATH": "/spark/pyspark.zip"}
-    out = subprocess.run([str(script), "-c", "import shipped_probe, sys; print(shipped_probe.WHERE, *sys.path[1:3])"],
-                         env=env, capture_output=True, text=True, check=True).stdout.split()
-    # the archive's packages first, then what Spark put on the path
-    assert out == ["archive", str(tmp_path / "env" / "site-packages"), "/spark/pyspark.zip"]
+    script = _launcher(files, minor)
+    cache = tmp_path / "host-cache"
+    env = _env(cache, PYTHONPATH="/spark/pyspark.zip")
+    out = subprocess.run([str(script), "-c", PROBE], env=env, capture_output=True, text=True, check=True).stdout.split()
+    # the parts first, in order, then what Spark put on the path
+    assert out == ["deps", "code", str(cache / "deps-1"), str(cache / "code-2"), "/spark/pyspark.zip"]
+    assert sorted(p.name for p in cache.iterdir()) == ["code-2", "code-2.lock", "deps-1", "deps-1.lock"]
+    # another executor of the host (or a later application) finds them there: the driver is not asked again
+    server.close()
+    (tmp_path / "other" / environment.ALIAS / "bin").mkdir(parents=True)
+    other = _launcher(tmp_path / "other", minor)
+    again = subprocess.run([str(other), "-c", PROBE], env=env, capture_output=True, text=True, check=True)
+    assert again.stdout.split()[:2] == ["deps", "code"]
 
 
-def test_a_worker_without_that_python_fails_naming_both_versions(tmp_path: Path) -> None:
-    script = _launcher(tmp_path, "3.99")
+def test_a_part_the_worker_cannot_fetch_fails_the_task_saying_where_it_looked(
+        served: tuple[Path, environment.EnvironmentServer], tmp_path: Path) -> None:
+    files, _ = served
+    script = _launcher(files, f"{sys.version_info[0]}.{sys.version_info[1]}", parts="deps-1 code-9")
+    cache = tmp_path / "host-cache"
+    proc = subprocess.run([str(script), "-c", PROBE], env=_env(cache), capture_output=True, text=True)
+    assert proc.returncode == 1
+    error = environment.worker_failure(f"org.apache.spark.SparkException: Task failed\\n{proc.stderr}\\n\\tat x")
+    assert error is not None and not error.retriable
+    assert error.headline().startswith(f"executors cannot start Python: worker host {socket.gethostname()} cannot "
+                                       "fetch code-9 from http://127.0.0.1:"), error.headline()
+    assert "404" in error.headline() and "spark.python_environment_port" in error.headline()
+    # nothing half-made is left to be trusted later; the part that could be fetched stays
+    assert sorted(p.name for p in cache.iterdir()) == ["code-9.lock", "deps-1", "deps-1.lock"]
+
+
+def test_the_server_serves_registered_parts_only_and_only_under_its_token(
+        served: tuple[Path, environment.EnvironmentServer]) -> None:
+    _, server = served
+    base = server.url("127.0.0.1")
+    with urllib.request.urlopen(base + "deps-1.zip") as response:
+        assert zipfile.ZipFile(io.BytesIO(response.read())).namelist() == ["shipped_probe.py"]
+    for path in (base + "deps-3.zip", base.replace(server.token, "guess") + "deps-1.zip", base + "deps-1"):
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(path)
+        assert info.value.code == 404
+
+
+def test_a_worker_without_that_python_fails_naming_both_versions(
+        served: tuple[Path, environment.EnvironmentServer], tmp_path: Path) -> None:
+    script = _launcher(served[0], "3.99")
     proc = subprocess.run([str(script), "-c", "pass"], env={"PATH": os.environ["PATH"]}, capture_output=True,
                           text=True)
     assert proc.returncode == 1
@@ -79,11 +157,42 @@ def test_a_worker_without_that_python_fails_naming_both_versions(tmp_path: Path)
     assert "has no Python 3.99" in error.headline() and "\\tat" not in error.headline()
 
 
-def test_the_launcher_needs_no_tool_beyond_the_shell(tmp_path: Path) -> None:
-    script = _launcher(tmp_path, f"{sys.version_info[0]}.{sys.version_info[1]}")
-    proc = subprocess.run(["/bin/sh", str(script), "-c", "print(1)"], capture_output=True, text=True,
-                          env={"PATH": "/nonexistent", "STREAMLING_WORKER_PYTHON": sys.executable})
+def test_the_launcher_needs_no_tool_beyond_the_shell(served: tuple[Path, environment.EnvironmentServer],
+                                                     tmp_path: Path) -> None:
+    script = _launcher(served[0], f"{sys.version_info[0]}.{sys.version_info[1]}")
+    proc = subprocess.run(["/bin/sh", str(script), "-c", "import shipped_code; print(1)"], capture_output=True,
+                          text=True, env={**_env(tmp_path / "cache"), "PATH": "/nonexistent"})
     assert proc.stdout.strip() == "1", proc.stderr
+
+
+def test_dependencies_and_editable_sources_are_separate_parts_built_once(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("STREAMLING_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(environment, "_closure", lambda roots: [md.distribution("packaging"),
+                                                                md.distribution("streamling")])
+    packed = environment.packed_environment()
+    deps, code = sorted(packed.parts, reverse=True)
+    assert deps.startswith("deps-") and code.startswith("code-")
+    assert "packaging/version.py" in zipfile.ZipFile(packed.parts[deps]).namelist()
+    assert "streamling/runtime/flow.py" in zipfile.ZipFile(packed.parts[code]).namelist()
+    launcher = zipfile.ZipFile(packed.launcher)
+    assert launcher.namelist() == [f"bin/{environment.EXECUTOR_PYTHON}", f"bin/{environment._FETCH}"]
+    assert f"for part in {deps} {code}; do" in launcher.read(f"bin/{environment.EXECUTOR_PYTHON}").decode()
+    built = {p: p.stat().st_ino for p in [packed.launcher, *packed.parts.values()]}
+    again = environment.packed_environment()
+    assert {p: p.stat().st_ino for p in [again.launcher, *again.parts.values()]} == built
+
+
+def test_the_cache_keeps_the_newest_builds_of_each_kind(tmp_path: Path, monkeypatch: Any) -> None:
+    root = tmp_path / "environments"
+    (root / "0efa22fcde9c1668").mkdir(parents=True)  # the layout before parts
+    for i in range(5):
+        for kind in ("deps", "code", "launcher"):
+            path = root / f"{kind}-{i}.zip"
+            path.write_bytes(b"x")
+            os.utime(path, (1000 + i, 1000 + i))
+    environment._forget_old_builds(root)
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        f"{kind}-{i}.zip" for kind in ("deps", "code", "launcher") for i in (2, 3, 4))
 
 
 def test_a_python_package_that_is_not_installed_is_named_before_anything_is_packed(tmp_path: Path,

@@ -36,10 +36,15 @@ class SparkSettings(_Section):
     shuffle_partitions: int = 2
     conf: dict[str, str] = Field(default_factory=dict)
     #: where executors' Python workers get the job's packages: ``shipped`` packs this environment
-    #: into the application (``spark.archives``; workers need only Java, Spark and a Python of the
-    #: same minor version), ``local`` runs this interpreter's path on every worker (same install on
-    #: every host), ``auto`` ships on masters that span hosts and stays local otherwise
+    #: and the driver serves it to each worker host once per content (workers need only Java, Spark
+    #: and a Python of the same minor version), ``local`` runs this interpreter's path on every
+    #: worker (same install on every host), ``auto`` ships on masters that span hosts and stays
+    #: local otherwise
     python_environment: Literal["auto", "shipped", "local"] = "auto"
+    #: the driver's port for serving the shipped environment to workers (0: any free port; set one
+    #: when a firewall between workers and the driver opens only chosen ports, as for
+    #: ``spark.driver.port``)
+    python_environment_port: int = Field(default=0, ge=0, le=65535)
     #: distributions added to the shipped environment besides streamling's and the plugins' own
     python_packages: list[str] = Field(default_factory=list)
 

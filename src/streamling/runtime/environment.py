@@ -2,34 +2,60 @@
 
 Python workers on a cluster's executors import streamling, pyarrow and every plugin a pipeline
 uses. A worker host should need nothing of ours beforehand — only Java, Spark and a Python of the
-driver's minor version — so the driver packs what the job imports into one archive and Spark ships
-it with the application (``spark.archives``, unpacked in each executor's working folder); the
-executors' Python is that archive's launcher, ``./streamling_env/bin/streamling-python``.
+driver's minor version. So the driver packs what the job imports and serves it to the workers, and
+each worker host keeps one unpacked copy per content in a cache of its own:
+
+- **Parts.** ``deps-<key>.zip``: the installed distributions, keyed by their names and versions;
+  ``code-<key>.zip``: the sources of editable installs (streamling itself while it is developed,
+  a project's own plugins), keyed by their files' sizes and times. A code change ships a few MB,
+  not the dependencies again. Built once per content under ``$STREAMLING_CACHE_DIR/environments``.
+- **Launcher.** A few kB that Spark ships with the application (``spark.archives``, unpacked as
+  ``./streamling_env`` in each executor's working folder): ``bin/streamling-python``, the
+  executors' Python. It finds a Python of the driver's minor version on the worker, makes sure each
+  part is in the host's cache (``$STREAMLING_WORKER_CACHE``, default ``${TMPDIR:-/tmp}/streamling-envs``;
+  ``environment_fetch`` downloads and unpacks a missing one, once per host) and runs that Python
+  with the parts first on its path.
+- **Serving.** The driver process serves the parts over HTTP (``EnvironmentServer``: a random
+  token in every path, only the parts of its own sessions) on ``spark.python_environment_port``
+  (0: any free port), and tells executors where through ``streamling_env.url``, a file added to the
+  application once the driver's address is known.
+
+Why not ship the parts through Spark (``spark.archives``/``spark.files``)? Spark copies such a file
+on the driver (and unpacks an archive there too), then copies and unpacks it again for every
+executor of every application, and keeps those copies in the workers' work folders after the
+application ends unless ``spark.worker.cleanup`` is on: about 1.5 GB per executor per application for
+an environment of 0.5 GB, and a driver killed hard leaves its own copies behind for good. A host's
+cache costs one copy per content, and an application starting on a host that already has it sends
+nothing.
 
 What is packed is the closure of the runtime requirements of ``streamling``, of every installed
 plugin distribution (entry-point group ``streamling.plugins``) and of ``spark.python_packages``:
 each distribution's installed files (its ``RECORD``), or for an editable install the package folders
 its top-level names import from. Not packed: ``pyspark/jars`` (the worker's Spark has them),
-bytecode caches and test suites. The archive is built once per content (distributions and their
-versions, the sources of editable installs, this Python's minor version) under
-``$STREAMLING_CACHE_DIR/environments/<key>/`` and reused by every later job of that content: a
-deployment ships the same file until its code or dependencies change.
+bytecode caches and test suites.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.server
 import importlib.metadata as md
 import importlib.util
 import logging
 import os
 import re
+import secrets
+import shutil
 import stat
 import sys
 import threading
+import time
 import zipfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 
@@ -37,28 +63,34 @@ from streamling.errors import StreamlingError
 
 log = logging.getLogger(__name__)
 
-#: the folder the archive is unpacked into, in each executor's working folder
+#: the folder the launcher archive is unpacked into, in each executor's working folder
 ALIAS = "streamling_env"
 #: the Python every Python function of the job names (PySpark's ``PYSPARK_PYTHON``). A bare name,
-#: found on each side's PATH: executors put the archive's ``bin`` (relative to their working folder)
-#: first on theirs, the driver a folder whose ``streamling-python`` runs the driver's own
+#: found on each side's PATH: executors put the launcher's ``bin`` (relative to their working
+#: folder) first on theirs, the driver a folder whose ``streamling-python`` runs the driver's own
 #: interpreter — the driver JVM starts Python too, to plan Python data sources, in its own working
 #: folder, where no archive is unpacked.
 EXECUTOR_PYTHON = "streamling-python"
-#: the executors' PATH entry for the archive's launcher
+#: the executors' PATH entry for the launcher
 EXECUTOR_PATH = f"./{ALIAS}/bin"
 #: where the executors' PATH continues (where a worker's Python is usually installed)
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: the file (in each executor's files folder) that holds the base URL of the parts
+URL_FILE = f"{ALIAS}.url"
+#: how many builds of each kind of part the driver's cache keeps (the newest used)
+KEEP_BUILDS = 3
 _LOCK = threading.Lock()
 _SKIP_DIRS = {"__pycache__", "tests", "test"}
 _SKIP_PREFIXES = ("pyspark/jars/", "pyarrow/include/", "pyarrow/src/")
+_FETCH = "environment_fetch.py"
 
 #: The executors' Python. A POSIX shell script, so that it runs on any worker: it finds a Python of
 #: the driver's minor version there (``STREAMLING_WORKER_PYTHON`` first, e.g. set through
-#: ``spark.executorEnv``) and runs it with the archive's packages first on the path. A worker without
-#: one fails the task with a message naming both versions (Spark passes a worker's stderr on).
+#: ``spark.executorEnv``), makes sure each part is in the host's cache and runs that Python with the
+#: parts first on the path. A worker without such a Python, or that cannot fetch a part, fails the
+#: task with a message saying why (Spark passes a worker's stderr on).
 _LAUNCHER = """#!/bin/sh
-# Spark runs this as the executors' Python: the job's packages from this archive, a host's Python.
+# Spark runs this as the executors' Python: the job's packages from the host's cache, a host's Python.
 case "$0" in */*) bin=${{0%/*}} ;; *) bin=. ;; esac
 here=$(cd "$bin/.." && pwd)
 want={minor}
@@ -67,7 +99,13 @@ for py in "${{STREAMLING_WORKER_PYTHON:-}}" python{minor} python3 python; do
   [ -n "$py" ] && command -v "$py" >/dev/null 2>&1 || continue
   got=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || continue
   if [ "$got" = "$want" ]; then
-    PYTHONPATH="$here/site-packages${{PYTHONPATH:+:$PYTHONPATH}}"
+    cache=${{STREAMLING_WORKER_CACHE:-${{TMPDIR:-/tmp}}/streamling-envs}}
+    path=""
+    for part in {parts}; do
+      [ -f "$cache/$part/.complete" ] || "$py" -I -S "$here/bin/{fetch}" "$cache" "$part" "$here/.." || exit 1
+      path="$path${{path:+:}}$cache/$part"
+    done
+    PYTHONPATH="$path${{PYTHONPATH:+:$PYTHONPATH}}"
     export PYTHONPATH
     exec "$py" "$@"
   fi
@@ -81,7 +119,7 @@ exit 1
 """
 
 
-#: how the launcher's complaint starts (``worker_failure`` finds it in a failed task's text)
+#: how the launcher's complaints start (``worker_failure`` finds them in a failed task's text)
 _MARKER = "streamling: worker host"
 _NO_PYTHON = re.compile(re.escape(_MARKER) + r" .*?(?=\\n|\n|$)")
 
@@ -207,19 +245,25 @@ def _members(dists: list[md.Distribution]) -> Iterator[tuple[Path, str]]:
                 yield path, name
 
 
-def _key(dists: list[md.Distribution], members: list[tuple[Path, str]]) -> str:
-    digest = hashlib.sha256(f"{sys.version_info[:2]}|{_LAUNCHER}".encode())
-    for dist in dists:
-        digest.update(f"{dist.metadata['Name']}=={dist.version};".encode())
-        if _is_editable(dist):  # its sources change without a version change
-            for path, rel in members:
-                stat = path.stat()
-                digest.update(f"{rel}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+@dataclass(frozen=True)
+class PackedEnvironment:
+    """What a shipping session needs: the launcher archive for ``spark.archives`` and the parts the
+    driver serves (name → zip on this host)."""
+
+    launcher: Path
+    parts: dict[str, Path]
+
+
+def _digest(*items: str) -> str:
+    digest = hashlib.sha256(f"{sys.version_info[:2]}".encode())
+    for item in items:
+        digest.update(item.encode())
+        digest.update(b";")
     return digest.hexdigest()[:16]
 
 
-def packed_environment(extra_packages: Iterable[str] = ()) -> Path:
-    """The archive of this job's Python environment for ``spark.archives``, built on first use."""
+def packed_environment(extra_packages: Iterable[str] = ()) -> PackedEnvironment:
+    """This job's Python environment, packed for executors; each part built on first use."""
     from streamling.runtime.session import cache_dir
 
     dists = _closure(["streamling", *_plugin_distributions(), *extra_packages])
@@ -229,37 +273,186 @@ def packed_environment(extra_packages: Iterable[str] = ()) -> Path:
                               f"({sys.executable})", code="python_package_missing",
                               hint="pip install them here, or remove them from spark.python_packages")
     editable = [d for d in dists if _is_editable(d)]
-    members = list(_members(editable))
-    key = _key(dists, members)
-    target = cache_dir() / "environments" / key / f"{ALIAS}.zip"
+    fixed = [d for d in dists if not _is_editable(d)]
+    code = list(_members(editable))
+    parts: dict[str, list[tuple[Path, str]] | None] = {
+        "deps-" + _digest(*(f"{d.metadata['Name']}=={d.version}" for d in fixed)): None,
+    }
+    if code:  # its sources change without a version change
+        parts["code-" + _digest(*(f"{d.metadata['Name']}=={d.version}" for d in editable),
+                                *(f"{rel}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p, rel in code))] = code
+    root = cache_dir() / "environments"
+    built: dict[str, Path] = {}
     with _LOCK:
-        if target.exists():
-            return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}")
-        try:
-            _write(tmp, list(_members(dists)))
-            tmp.replace(target)
-        finally:
-            tmp.unlink(missing_ok=True)
-    log.info("packed the job's Python environment (%d distributions, %.0f MB) into %s", len(dists),
-             target.stat().st_size / 1e6, target)
-    return target
+        for name, members in parts.items():
+            target = root / f"{name}.zip"
+            if not target.exists():
+                t0 = time.monotonic()
+                _write_atomically(target, lambda z, m=members: _write_part(z, m if m is not None else _members(fixed)))
+                log.info("packed the job's Python environment's %s (%.0f MB) in %.1f s", target.name,
+                         target.stat().st_size / 1e6, time.monotonic() - t0)
+            os.utime(target)
+            built[name] = target
+        text = _LAUNCHER.format(minor=f"{sys.version_info[0]}.{sys.version_info[1]}", full=sys.version.split()[0],
+                                marker=_MARKER, parts=" ".join(built), fetch=_FETCH)
+        launcher = root / f"launcher-{_digest(text)}.zip"
+        if not launcher.exists():
+            _write_atomically(launcher, lambda z: _write_launcher(z, text))
+        os.utime(launcher)
+        _forget_old_builds(root)
+    return PackedEnvironment(launcher, built)
 
 
-def _write(path: Path, members: list[tuple[Path, str]]) -> None:
-    """An uncompressed (stored) zip: packing and unpacking cost little beyond copying (the file moves
-    between hosts once per application, on the cluster's own network). Zip, because Spark unpacks a
-    zip keeping each file's mode — the launcher must stay executable — and a ``.tar`` without it."""
-    minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    launcher = _LAUNCHER.format(minor=minor, full=sys.version.split()[0], marker=_MARKER).encode()
+def _write_atomically(target: Path, write: Any) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}")
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as archive:
+            write(archive)
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_part(archive: zipfile.ZipFile, members: Iterable[tuple[Path, str]]) -> None:
+    """Stored, not compressed: packing and unpacking cost little beyond copying, and a part crosses
+    the network once per worker host and content."""
     seen: set[str] = set()
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
-        info = zipfile.ZipInfo(f"bin/{EXECUTOR_PYTHON}")
-        info.external_attr = (stat.S_IFREG | 0o755) << 16
-        archive.writestr(info, launcher)
-        for source, rel in members:
-            name = f"site-packages/{rel}"
-            if name not in seen:
-                seen.add(name)
-                archive.write(source, arcname=name)
+    for source, rel in members:
+        if rel not in seen:
+            seen.add(rel)
+            archive.write(source, arcname=rel)
+
+
+def _write_launcher(archive: zipfile.ZipFile, text: str) -> None:
+    """Spark unpacks a zip keeping each file's mode (a ``.tar`` without): the launcher stays
+    executable."""
+    info = zipfile.ZipInfo(f"bin/{EXECUTOR_PYTHON}")
+    info.external_attr = (stat.S_IFREG | 0o755) << 16
+    archive.writestr(info, text)
+    fetch = resources.files("streamling.runtime").joinpath(_FETCH).read_text()
+    archive.writestr(zipfile.ZipInfo(f"bin/{_FETCH}"), fetch)
+
+
+def _forget_old_builds(root: Path) -> None:
+    """Keep the ``KEEP_BUILDS`` newest used builds of each kind; drop the rest (and folders of the
+    layout before parts). A driver still serving a dropped part holds it open (``EnvironmentServer``)."""
+    kinds: dict[str, list[Path]] = {}
+    for entry in root.iterdir():
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        elif not entry.name.startswith("."):
+            kinds.setdefault(entry.name.split("-", 1)[0], []).append(entry)
+    for entries in kinds.values():
+        entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in entries[KEEP_BUILDS:]:
+            old.unlink(missing_ok=True)
+
+
+class EnvironmentServer:
+    """Serves the parts of this process's shipping sessions to their executors over HTTP.
+
+    Every path starts with a random token, and only registered parts are served, each from a file
+    descriptor opened at registration (a part dropped from the cache meanwhile still serves). One
+    per process: the first shipping session starts it, on ``spark.python_environment_port``."""
+
+    def __init__(self, bind: str, port: int) -> None:
+        self.token = secrets.token_urlsafe(18)
+        self._files: dict[str, int] = {}
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+                prefix, _, name = self.path.lstrip("/").partition("/")
+                fd = server._files.get(name.removesuffix(".zip")) if secrets.compare_digest(
+                    prefix, server.token) and name.endswith(".zip") else None
+                if fd is None:
+                    self.send_error(404)
+                    return
+                size = os.fstat(fd).st_size
+                self.send_response(200)
+                self.send_header("Content-Type", "application/zip")
+                self.send_header("Content-Length", str(size))
+                self.end_headers()
+                self.wfile.flush()
+                offset = 0
+                while offset < size:
+                    sent = os.sendfile(self.connection.fileno(), fd, offset, size - offset)
+                    if sent == 0:
+                        break
+                    offset += sent
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                log.debug("environment server: " + format, *args)
+
+        try:
+            self._http = http.server.ThreadingHTTPServer((bind, port), Handler)
+        except OSError as exc:
+            raise StreamlingError(f"cannot serve the job's Python environment to executors on {bind}:{port}: {exc}",
+                                  code="environment_server",
+                                  hint="choose a free spark.python_environment_port (0 picks one)") from exc
+        self._http.daemon_threads = True
+        self.bind, self.port = bind, int(self._http.server_address[1])
+        threading.Thread(target=self._http.serve_forever, name="streamling-environment-server", daemon=True).start()
+
+    def register(self, parts: dict[str, Path]) -> None:
+        with self._lock:
+            for name, path in parts.items():
+                if name not in self._files:
+                    self._files[name] = os.open(path, os.O_RDONLY)
+
+    def url(self, host: str) -> str:
+        """The parts' base URL for executors that reach the driver at ``host``."""
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/{self.token}/"
+
+    def close(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+        with self._lock:
+            for fd in self._files.values():
+                os.close(fd)
+            self._files.clear()
+
+
+_SERVER: EnvironmentServer | None = None
+
+
+def environment_server(bind: str, port: int) -> EnvironmentServer:
+    """This process's server, started on first use (restarted on another address or port)."""
+    global _SERVER
+    with _LOCK:
+        if _SERVER is not None and (_SERVER.bind != bind or port not in (0, _SERVER.port)):
+            _SERVER.close()
+            _SERVER = None
+        if _SERVER is None:
+            _SERVER = EnvironmentServer(bind, port)
+        return _SERVER
+
+
+def publish(context: Any, packed: PackedEnvironment, port: int) -> None:
+    """Serve ``packed`` to the executors of ``context`` (a started SparkContext): the parts over
+    HTTP, their base URL as ``streamling_env.url`` in the application's files."""
+    from streamling.runtime.session import cache_dir
+
+    conf = context.getConf()
+    host = conf.get("spark.driver.host")
+    server = environment_server(conf.get("spark.driver.bindAddress", host), port)
+    server.register(packed.parts)
+    folder = cache_dir() / "driver-python" / f"url-{os.getpid()}-{context.applicationId}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / URL_FILE).write_text(server.url(host) + "\n")
+    context.addFile(str(folder / URL_FILE))
+    for stale in folder.parent.glob("url-*"):
+        if stale != folder and not _alive(int(stale.name.split("-")[1])):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

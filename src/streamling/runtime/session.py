@@ -172,12 +172,14 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
     local = master.startswith("local")
     user_conf = dict(settings.spark.conf)
     archives = [a for a in [user_conf.pop("spark.archives", "")] if a]
+    shipped = None
     if settings.spark.ships_environment() and not local:
         # Executors run the job's packed environment (see ``environment``): PySpark sends the
         # name in PYSPARK_PYTHON with every Python function; each side finds it on its PATH.
         from streamling.runtime import environment
 
-        archives.append(f"{environment.packed_environment(settings.spark.python_packages)}#{environment.ALIAS}")
+        shipped = environment.packed_environment(settings.spark.python_packages)
+        archives.append(f"{shipped.launcher}#{environment.ALIAS}")
         os.environ["PYSPARK_PYTHON"] = environment.EXECUTOR_PYTHON
         shim = str(environment.driver_python_dir())
         if os.environ.get("PATH", "").split(os.pathsep)[0] != shim:
@@ -240,6 +242,10 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
 
     spark = launch_with_filtered_stderr(launch)
     spark.sparkContext.setLogLevel("ERROR")
+    if shipped is not None:
+        from streamling.runtime import environment
+
+        environment.publish(spark.sparkContext, shipped, settings.spark.python_environment_port)
     if spark.sparkContext.uiWebUrl:
         log.info("Spark UI (Structured Streaming tab) on %s", spark.sparkContext.uiWebUrl)
     _apply_runtime_settings(spark, settings)

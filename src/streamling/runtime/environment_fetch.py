@@ -1,0 +1,73 @@
+"""Fetch one part of a job's Python environment into a worker host's cache, and unpack it there.
+
+Run by the executors' launcher (``streamling-python``) with the worker's own Python (the driver's
+minor version) before any of the job's packages are importable: standard library only. Arguments:
+the host's cache folder, the part's name (``deps-<key>`` or ``code-<key>``, unique per content) and
+the executor's files folder, which holds ``streamling_env.url`` (where the driver serves the parts).
+One process per host fetches a part; the others wait on its lock and find it complete. The part
+lands under its final name only once whole, so a process killed half-way leaves nothing a later one
+would trust.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import socket
+import sys
+import urllib.request
+import zipfile
+
+MARKER = "streamling: worker host"
+
+
+def fetch(cache: str, part: str, files: str) -> None:
+    os.makedirs(cache, exist_ok=True)
+    dest = os.path.join(cache, part)
+    with open(dest + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(os.path.join(dest, ".complete")):
+            return
+        with open(os.path.join(files, "streamling_env.url")) as f:
+            url = f.read().strip() + part + ".zip"
+        tmp = f"{dest}.tmp{os.getpid()}"
+        archive = tmp + ".zip"
+        shutil.rmtree(dest, ignore_errors=True)
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response, open(archive, "wb") as out:
+                expected = int(response.headers.get("Content-Length", "-1"))
+                shutil.copyfileobj(response, out, 1 << 20)
+                got = out.tell()
+            if 0 <= expected != got:
+                raise OSError(f"the driver sent {got} of {expected} bytes of {url}")
+            with zipfile.ZipFile(archive) as packed:
+                for info in packed.infolist():
+                    path = packed.extract(info, tmp)
+                    mode = (info.external_attr >> 16) & 0o777
+                    if mode and not info.is_dir():
+                        os.chmod(path, mode)
+            open(os.path.join(tmp, ".complete"), "w").close()
+            os.rename(tmp, dest)
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise OSError(f"cannot fetch {part} from {url} into {cache}: {exc}") from exc
+        finally:
+            if os.path.exists(archive):
+                os.remove(archive)
+
+
+def main(argv: list[str]) -> int:
+    cache, part, files = argv
+    try:
+        fetch(cache, part, files)
+    except Exception as exc:
+        sys.stderr.write(f"{MARKER} {socket.gethostname()} {exc}: check that every worker reaches the driver's "
+                         "spark.driver.host on the port of spark.python_environment_port, and has room in "
+                         f"{cache} (or point spark.executorEnv.STREAMLING_WORKER_CACHE elsewhere)\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
