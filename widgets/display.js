@@ -354,6 +354,14 @@ function render({ model, el }) {
     model.on(`change:${name}`, renderHead);
   }
   renderColumns();
+  // The kernel's heartbeat while a run feeds this view: live even when the kernel is too busy to
+  // answer the ping.
+  model.on("change:beat", () => {
+    if (live !== true) {
+      live = true;
+      renderHead();
+    }
+  });
   try {
     model.send({ type: "ping" });
   } catch (err) {

@@ -626,6 +626,16 @@ function render({ model, el }) {
     }
   }
   model.on("msg:custom", onMessage);
+  // The kernel's heartbeat while a run feeds this widget: live even when the kernel is too busy
+  // (Run All, a waiting cell) to answer the ping.
+  function onBeat() {
+    if (live !== true) {
+      live = true;
+      renderHead();
+      renderEpochs();
+    }
+  }
+  model.on("change:beat", onBeat);
   send({ action: "ping" });
   const pingTimer = setTimeout(() => {
     if (live === null) {
@@ -672,6 +682,7 @@ function render({ model, el }) {
   return () => {
     clearTimeout(pingTimer);
     model.off("msg:custom", onMessage);
+    model.off("change:beat", onBeat);
     for (const [events, fn] of handlers) for (const name of events.split(" ")) model.off(name, fn);
     select.removeEventListener("change", onSelect);
   };

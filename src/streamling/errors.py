@@ -162,6 +162,37 @@ def java_message(exc: BaseException) -> str:
     return _first_line(str(exc))
 
 
+def _unquote(name: str) -> str:
+    return ".".join(part.strip("`") for part in name.split("`.`")).strip("`")
+
+
+def spark_sql_message(exc: BaseException, columns: Sequence[str] | None = None) -> str:
+    """An analysis or parse error of Spark SQL in the user's terms: ``column 'versoin' does not
+    exist (did you mean 'version'?)`` instead of ``[UNRESOLVED_COLUMN.WITH_SUGGESTION] A column …
+    with name `versoin` cannot be resolved. Did you mean one of the following? […]. SQLSTATE: 42703;
+    line 1 pos 11``. ``columns``: the names the query can use, suggested instead of Spark's guesses."""
+    import re
+
+    from streamling.util import did_you_mean
+
+    condition = str(getattr(exc, "getCondition", getattr(exc, "getErrorClass", lambda: ""))() or "")
+    params = getattr(exc, "getMessageParameters", lambda: None)() or {}
+    if condition.startswith("UNRESOLVED_COLUMN") and params.get("objectName"):
+        name = _unquote(str(params["objectName"])).split(".")[-1]
+        proposal = [_unquote(p.strip()).split(".")[-1] for p in str(params.get("proposal") or "").split(",")
+                    if p.strip()]
+        return f"column '{name}' does not exist{did_you_mean(name, list(columns) if columns is not None else proposal)}"
+    if condition.startswith("UNRESOLVED_ROUTINE") and params.get("routineName"):
+        return f"function '{_unquote(str(params['routineName']))}' does not exist"
+    if condition.startswith("TABLE_OR_VIEW_NOT_FOUND") and params.get("relationName"):
+        return f"table '{_unquote(str(params['relationName']))}' does not exist: name an upstream node in FROM"
+    text = str(exc).strip() or type(exc).__name__
+    text = re.sub(r"^\[[A-Z_.]+\]\s*", "", text)
+    text = re.sub(r"\s*SQLSTATE: \w+\.?", "", text)
+    text = re.sub(r";?\s*line \d+ pos \d+", "", text.splitlines()[0])
+    return text.strip().rstrip(".;")
+
+
 # Errors raised inside Spark's Python workers (mapInArrow operators, data sources) reach the
 # driver only as text inside a JVM exception. A marked line carries the node and the message
 # through, so the runtime can report "script transform 'x': …" instead of a worker traceback.

@@ -55,7 +55,7 @@ def test_display_shows_a_transforms_rows_and_what_the_postgres_sink_wrote(spark:
     try:
         run = nb.start(sample_rows=20)
         assert run.wait(300) and run.error is None, run.error
-        _until(lambda: rows_view.status == table_view.status == "finished")
+        _until(lambda: rows_view.status == table_view.status == "stopped")
         rows_view.flush()
         table_view.flush()
 
@@ -77,10 +77,10 @@ def test_display_shows_a_transforms_rows_and_what_the_postgres_sink_wrote(spark:
 
         # A display made after the run shows its last rows: the last sample, the table queried again.
         late_rows, late_table = display_node(nb, "big", rows=10), display_node(nb, "out", rows=5)
-        _until(lambda: late_table.status == "finished" and late_table.rows != [])
+        _until(lambda: late_table.status == "stopped" and late_table.rows != [])
         late_rows.flush()
         late_table.flush()
-        assert late_rows.status == "finished" and late_rows.rows == rows_view.rows[:10]
+        assert late_rows.status == "stopped" and late_rows.rows == rows_view.rows[:10]
         assert rows_view.status == "replaced by a newer display of 'big'"
         assert [r[0] for r in late_table.rows] == stored[:5]
     finally:

@@ -78,7 +78,7 @@ def test_debug_reruns_the_edited_transform_on_the_captured_batch_while_the_pipel
     finally:
         nb.stop()
     status = nb.status()
-    assert status["state"] == "finished"
+    assert status["state"] == "stopped" and status["stop_reason"] == "stopped from the notebook"
     flow = status["flows"]["orders"]
     assert flow["last_epoch"] is not None and flow["rows_to_sinks"] > 0
     assert Path(nb.checkpoint_root()).exists()
@@ -93,8 +93,54 @@ def test_bounded_run_ends_by_itself_and_stops_after_n_rows(spark: Any, tmp_path:
     assert run.error is None
     assert nb.status()["flows"]["orders"]["last_epoch"] == 2
 
-    with pytest.raises(StreamlingError, match="no pipeline is running"):
-        nb.stop()
+    assert nb.status()["state"] == "stopped"
+    nb.stop()  # nothing to stop: done at once, still stopped
+    assert nb.status()["state"] == "stopped"
+
+
+@pytest.mark.parametrize("where", ["planning", "starting"])
+def test_a_run_that_fails_to_start_is_failed_at_once_and_stop_reset_and_run_work_after_it(
+        spark: Any, tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamling.runtime.pipeline import PipelineRun
+
+    nb = _notebook(spark, tmp_path, {"type": "generate", "rows": 300, "rows_per_batch": 100})
+    shown: list[tuple[str, str | None]] = []
+
+    class Monitor:  # what the monitor widget is told
+        stats: Any = None
+
+        def handle(self, event: Any) -> None:
+            pass
+
+        def show_state(self, state: str, detail: str | None) -> None:
+            shown.append((state, detail))
+
+    if where == "planning":  # Spark cannot analyse the SQL
+        nb.define("transform", "big", {"type": "sql", "from": ["orders"], "sql": "SELECT id, versoin FROM orders"})
+    else:  # the plan is fine; starting its queries fails
+        def refuse(self: Any) -> None:
+            raise StreamlingError("the checkpoint store refused the first write", code="test_refused")
+
+        monkeypatch.setattr(PipelineRun, "start", refuse)
+    started = time.monotonic()
+    with pytest.raises(StreamlingError) as info:
+        nb.start(monitor=Monitor())
+    status = nb.status()
+    assert status["state"] == "failed" and status["error"] == info.value.headline()
+    assert shown[-1] == ("failed", info.value.headline())
+    assert time.monotonic() - started < 30
+    for _ in range(2):
+        started = time.monotonic()
+        nb.stop()  # nothing runs: at once
+        assert time.monotonic() - started < 1 and nb.status()["state"] == "failed"
+    nb.reset()
+    monkeypatch.undo()
+    nb.define("transform", "big", {"type": "sql", "from": ["orders"], "sql": "SELECT id FROM orders"})
+    run = nb.start(monitor=Monitor())
+    assert run.wait(180) and run.error is None
+    assert nb.status()["state"] == "stopped" and nb.status()["error"] is None
+    assert [s for s, _ in shown[-2:]] == ["running", "stopped"]
+    assert nb.status()["flows"]["orders"]["rows_to_sinks"] == 300
 
 
 def test_print_sink_rows_go_to_the_runs_own_stream(spark: Any, tmp_path: Path,

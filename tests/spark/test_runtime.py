@@ -184,8 +184,28 @@ def test_sql_error_at_plan_time_names_node(runner):
     with pytest.raises(ValidationError) as info:
         run.analyze()
     message = info.value.problems[0].headline()
-    assert message.startswith("sql transform 'bad': SQL fails:") and "amout" in message
-    assert "__sl_" not in message and "at org.apache" not in message
+    # in the pipeline's terms: the column, the did-you-mean; no Spark error class, SQLSTATE or position
+    assert message == "sql transform 'bad': SQL fails: column 'amout' does not exist (did you mean 'amount'?)"
+
+
+@pytest.mark.parametrize(("sql", "expected"), [
+    ("SELECT nosuch_fn(id) FROM orders", "SQL fails: function 'nosuch_fn' does not exist"),
+    ("SELECT id FROM ordres", "SQL fails: table 'ordres' does not exist: name an upstream node in FROM"),
+])
+def test_sql_errors_speak_of_the_pipeline_not_of_spark(runner, sql: str, expected: str) -> None:
+    run = runner.pipeline(f"""
+        sources:
+          orders: {{type: generate, rows: 1}}
+        transforms:
+          bad: {{type: sql, from: orders, sql: "{sql}"}}
+        sinks:
+          out: {{type: blackhole, from: bad}}
+    """)
+    with pytest.raises(ValidationError) as info:
+        run.analyze()
+    message = info.value.problems[0].headline()
+    assert message.endswith(expected), message
+    assert "[" not in message and "SQLSTATE" not in message and "__sl_" not in message
 
 
 def test_changed_source_settings_refuse_the_old_checkpoint(runner, tmp_path):

@@ -438,3 +438,33 @@ def test_sampling_is_held_to_its_share_of_the_run() -> None:
     assert bus.wants_sample("f")
     bus.sample_share = 0.0  # no share: every epoch
     assert bus.wants_sample("f") and bus.wants_sample("f")
+
+
+def test_a_run_s_states_drive_the_status_the_heartbeat_and_the_saved_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamling.notebook import widget
+
+    monkeypatch.setattr(widget, "BEAT_SECS", 0.02)
+    m = _monitor()
+    updates: list[str] = []
+
+    class Handle:  # IPython's DisplayHandle of the cell output showing the monitor
+        def update(self, obj: Any) -> None:
+            updates.append(obj._repr_mimebundle_()[0]["text/plain"].splitlines()[1])
+
+    m.display_handle = Handle()
+    m.show_state("starting", None)
+    m.show_state("running", None)
+    # the kernel side beats while the run lives: the front end knows it is live without a ping answer
+    deadline = time.monotonic() + 5
+    while m.beat < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert m.beat >= 3 and m.status == "running" and updates == []
+    m.show_state("stopping", "stopped from the notebook")
+    assert m.status == "stopping"
+    m.show_state("failed", "sql transform 'big': SQL fails: column 'amout' does not exist")
+    assert m.status == "failed: sql transform 'big': SQL fails: column 'amout' does not exist"
+    # the output's fallback now tells the end of the run, not "running"
+    assert updates == ["status: failed: sql transform 'big': SQL fails: column 'amout' does not exist"]
+    beat = m.beat
+    time.sleep(0.1)
+    assert m.beat == beat  # no heartbeat once the run ended

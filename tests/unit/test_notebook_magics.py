@@ -128,14 +128,32 @@ def test_errors_fail_the_cell_with_one_line_per_problem(ip: Any) -> None:
     ip.run_cell_magic("streamling", "source orders", "type: generate\nrows: 10\n")
     with pytest.raises(PipelineError) as at_cell:
         ip.run_cell_magic("streamling", "sink out --from orders", "type: prnt\n")
-    with pytest.raises(PipelineError) as err:
-        ip.run_line_magic("streamling", "validate")
-    message = str(err.value)
+    message = str(at_cell.value)
     assert message == ("Node 'out': unknown sink type 'prnt' (did you mean 'print'?); "
                        "available sink types: blackhole, clickhouse, delta, kafka, postgres, postgres_aggregate, "
                        "print, webhook")
-    assert str(at_cell.value) == message
     assert "Traceback" not in message
+    # the same document fails validation with the same line (a pipeline cell is checked as validate does)
+    with pytest.raises(PipelineError) as whole:
+        ip.run_cell_magic("streamling", "pipeline", "sources:\n  orders: {type: generate, rows: 10}\n"
+                                                    "sinks:\n  out: {type: prnt, from: orders}\n")
+    assert str(whole.value) == message
+
+
+def test_a_cell_that_fails_changes_nothing(ip: Any) -> None:
+    author(ip)
+    before = ip.run_line_magic("streamling", "yaml").text
+    bad = [("transform big --from raw.orders", "SELECT id FROM raw.orders WHERE"),  # SQL that does not parse
+           ("transform big --from raw.orders", "type: sql\nsql: SELECT 1\nfrom: [raw.orders]\nbogus: 1\n"),
+           ("sink screen --from big", "type: prnt\n"),  # an unknown type
+           ("sink screen --from big", "type: print\n  bad: [yaml\n"),  # YAML that does not parse
+           ("transform fresh --from big", "SELECT id FROM big WHERE"),  # a new node: still not there
+           ("pipeline", "sources:\n  x: {type: generate}\nsinks:\n  y: {type: prnt, from: x}\n")]
+    for line, body in bad:
+        with pytest.raises(PipelineError):
+            ip.run_cell_magic("streamling", line, body)
+        assert ip.run_line_magic("streamling", "yaml").text == before, line
+        assert "pipeline is valid" in str(ip.run_line_magic("streamling", "validate"))
 
 
 def test_a_definition_cell_checks_its_node_at_once_as_validate_would(ip: Any,
@@ -153,7 +171,7 @@ def test_a_definition_cell_checks_its_node_at_once_as_validate_would(ip: Any,
     ip.run_cell_magic("streamling", "transform big --from orders", "SELECT id FROM orders")  # orders: later too
     ip.run_cell_magic("streamling", "source orders", "type: generate\nrows: 10\n")
     assert "pipeline is valid" in str(ip.run_line_magic("streamling", "validate"))
-    # Each of these fails its own cell with the message validate gives, before any JVM.
+    # Each of these fails its own cell with the message validate would give, before any JVM.
     bad = [("source gen", "type: generat\n", "Node 'gen': unknown source type 'generat' (did you mean 'generate'?)"),
            ("source gen", "type: generate\nrowz: 5\n", "Node 'gen': unknown key 'rowz' (did you mean 'rows'?)"),
            ("transform t --from out --type script", "(r) => r", "Node 't': 'from' names sink 'out'"),
@@ -162,10 +180,8 @@ def test_a_definition_cell_checks_its_node_at_once_as_validate_would(ip: Any,
         with pytest.raises(PipelineError) as err:
             ip.run_cell_magic("streamling", line, body)
         assert str(err.value).startswith(expected), str(err.value)
-        with pytest.raises(PipelineError) as whole:
-            ip.run_line_magic("streamling", "validate")
-        assert str(err.value) in str(whole.value)
-        ip.run_line_magic("streamling", f"remove {line.split()[1]}")
+        # the failed cell defined nothing: the pipeline stays as valid as it was
+        assert "pipeline is valid" in str(ip.run_line_magic("streamling", "validate"))
     # An unknown name in --from is shown at once, without failing (a later cell may define it).
     result = ip.run_cell("%%streamling sink screen --from nosuch\ntype: print\n")
     assert result.error_in_exec is None
@@ -182,7 +198,9 @@ def test_a_node_nothing_reads_yet_does_not_fail_its_cell(ip: Any) -> None:
 
 
 def test_bad_yaml_body_names_the_line(ip: Any) -> None:
-    with pytest.raises(PipelineError, match=r"the cell body is not valid YAML at line 2.*write the source's keys"):
+    # the editor's line 3: the %%streamling line is line 1, the body's second line is line 3
+    with pytest.raises(PipelineError, match=r"the cell body is not valid YAML at line 3 of the cell.*"
+                                            r"write the source's keys"):
         ip.run_cell_magic("streamling", "source orders", "type: generate\n  rows: 10\n")
 
 

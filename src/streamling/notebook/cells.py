@@ -182,7 +182,8 @@ def _load_yaml(text: str, hint: str) -> Any:
         return yaml.safe_load(text) if text.strip() else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
+        # As the editor numbers the cell's lines: the body starts under the %%streamling line.
+        where = f" at line {mark.line + 2} of the cell" if mark is not None else ""
         raise StreamlingError(f"the cell body is not valid YAML{where}: {getattr(exc, 'problem', exc)}",
                               hint=hint) from exc
 

@@ -229,7 +229,7 @@ class ResultView(SummarizedWidget):
     kind = traitlets.Unicode("").tag(sync=True)
     #: what the rows are (sampled output, what a sink was given, a query of its table)
     caption = traitlets.Unicode("").tag(sync=True)
-    #: waiting | running | finished | failed: … | a sentence (replaced, not in the run)
+    #: waiting | running | stopped | failed: … | a sentence (replaced, not in the run)
     status = traitlets.Unicode("waiting").tag(sync=True)
     columns: traitlets.List[str] = traitlets.List(traitlets.Unicode()).tag(sync=True)
     types: traitlets.List[str] = traitlets.List(traitlets.Unicode()).tag(sync=True)
@@ -324,6 +324,7 @@ class ResultView(SummarizedWidget):
             self._state.update(caption=caption, error="",
                                status="running" if running else self._outcome(run))
             self._dirty = True
+        self.keep_beating(run is not None and run.active)
         if reader is not None or run is not None:
             threading.Thread(target=self._work, args=(reader, run, self._wake, self._stop),
                              name=f"streamling-display-{self.node}", daemon=True).start()
@@ -339,13 +340,14 @@ class ResultView(SummarizedWidget):
                 self._dirty = True
         if unsubscribe is not None:
             unsubscribe()
+        self.keep_beating(False)
         self._schedule(immediate=True)
 
     @staticmethod
     def _outcome(run: NotebookRun | None) -> str:
         if run is not None and run.error is not None:
             return f"failed: {run.error.headline()}"
-        return "finished"
+        return "stopped"
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -439,6 +441,7 @@ class ResultView(SummarizedWidget):
                         self._read(reader)
                 if ended:
                     self._set(status=self._outcome(run))
+                    self.keep_beating(False)
                     return
         finally:
             if reader is not None:

@@ -147,6 +147,10 @@ class StreamlingMagics(Magics):
         return local.widgets.getAll()
 
     def _cell(self, args: argparse.Namespace, body: str) -> Any:
+        with self.pipeline.edit():  # a cell that fails changes nothing
+            return self._define(args, body)
+
+    def _define(self, args: argparse.Namespace, body: str) -> Any:
         node = cell_node(args, body, self._parameters(body))
         if node.kind == "pipeline":
             self.pipeline.load_document(node.definition)
@@ -259,10 +263,9 @@ class StreamlingMagics(Magics):
         nb.start(rows=args.rows, seconds=args.seconds, sample_rows=args.sample or self.sample_rows, monitor=monitor,
                  print_out=print_out, replace=True)
         if monitor is not None:
-            monitor.set_status("running")
             monitor.set_controller(lambda action: self._control(action, args, print_out))
             if not args.wait:
-                display(monitor)
+                monitor.display_handle = display(monitor, display_id=True)
                 if printed is not None and any(body.get("type") == "print"
                                                for kind, body in nb.nodes.values() if kind == "sink"):
                     bundle = printed._repr_mimebundle_()
@@ -293,7 +296,6 @@ class StreamlingMagics(Magics):
         monitor.reset(description)
         nb.start(rows=args.rows, seconds=args.seconds, sample_rows=args.sample or self.sample_rows, monitor=monitor,
                  print_out=print_out)
-        monitor.set_status("running")
 
     def _wait(self, timeout: float | None) -> Any:
         nb = self.pipeline
@@ -303,8 +305,6 @@ class StreamlingMagics(Magics):
         if not run.wait(timeout):
             raise StreamlingError(f"the pipeline is still running after {timeout:g}s",
                                   hint="wait longer, or `%streamling stop`")
-        if nb.monitor is not None:
-            nb.monitor.set_status("failed" if run.error else "finished")
         if run.error is not None:
             raise run.error
         return self._status()

@@ -11,7 +11,8 @@ each epoch's breakdown and Spark progress, the sampled rows of one node, and the
 duration charts; its stop and restart buttons call the controller the magics attach. Headless
 renderers (nbval, nbconvert, jobs) cannot run it, so ``_repr_mimebundle_`` also carries a text and
 an HTML summary. A notebook saved with its widget state reopens showing the saved state, marked as
-not live (the front end finds no kernel answering its ping).
+not live: the front end hears neither an answer to its ping nor the heartbeat (``beat``) a run's
+widget sends while the kernel may be too busy to answer.
 """
 
 from __future__ import annotations
@@ -157,6 +158,8 @@ class Monitor(SummarizedWidget):
         #: Spark's progress report per epoch, sent to the front end only when asked for (not synced)
         self._progress: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         self._controller: Callable[[str], None] | None = None
+        #: the ``DisplayHandle`` of the output showing this monitor, updated when the run ends
+        self.display_handle: Any = None
         self.on_msg(self._on_message)
 
     # --- construction -----------------------------------------------------------------------------
@@ -257,8 +260,26 @@ class Monitor(SummarizedWidget):
             self._dirty = True
         self._schedule(immediate=final)
 
+    def show_state(self, state: str, detail: str | None) -> None:
+        """The run's state (``session.STATES``) as the status line: ``failed: <error>``, ``stopped
+        (<reason>)``, else the state itself."""
+        self.keep_beating(state in ("starting", "running", "stopping"))
+        if state == "failed":
+            self.set_status(f"failed: {detail}" if detail else "failed")
+        elif state == "stopped":
+            self.set_status(f"stopped ({detail})" if detail else "stopped")
+        else:
+            self.set_status(state)
+        if state in ("stopped", "failed") and self.display_handle is not None:
+            # The output's text and HTML were made when the run started ("running", no rows): a
+            # notebook saved now, or opened where the widget cannot run, shows the run's end instead.
+            try:
+                self.display_handle.update(self)
+            except Exception:  # noqa: BLE001 - the cell's output is gone (cleared, kernel restarting)
+                log.debug("updating the monitor's output", exc_info=True)
+
     def set_status(self, text: str) -> None:
-        """Set the status line (e.g. "running", "finished", "failed") and show it at once."""
+        """Set the status line (e.g. "running", "stopped (…)", "failed: …") and show it at once."""
         with self._lock:
             self._status = text
             self._dirty = True

@@ -8,12 +8,14 @@ and its exported YAML cannot drift apart.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -123,51 +125,95 @@ class Preview:
     output: pa.Table | None
 
 
-class NotebookRun:
-    """A pipeline running in the background of a notebook; the kernel stays free."""
+#: the states of a notebook pipeline, in order; ``stopped`` and ``failed`` end a run
+STATES = ("defined", "starting", "running", "stopping", "stopped", "failed")
 
-    def __init__(self, run: PipelineRun, seconds: float | None, telemetry: RunTelemetry | None = None) -> None:
+
+class NotebookRun:
+    """A pipeline running in the background of a notebook; the kernel stays free.
+
+    It owns the run's state (``STATES``): ``starting`` while Spark plans, ``running``, ``stopping``
+    once a stop was asked for, then ``stopped`` or ``failed`` (with ``error``). A run that fails to
+    start ends ``failed`` at once, never stays ``starting``. ``on_state`` hears every change (the
+    monitor shows it), from whichever thread makes it."""
+
+    def __init__(self, run: PipelineRun, seconds: float | None, telemetry: RunTelemetry | None = None,
+                 on_state: Callable[[str, str | None], None] | None = None) -> None:
         self.run = run
         self.telemetry = telemetry
         self.error: StreamlingError | None = None
         self.finished = threading.Event()
         self.started_at = time.time()
+        self.stop_reason: str | None = None
+        self._state = "starting"
+        self._on_state = on_state
         self._timer: threading.Timer | None = None
         if seconds:
-            self._timer = threading.Timer(seconds, run.request_stop, args=(f"--seconds {seconds:g} elapsed",))
+            self._timer = threading.Timer(seconds, self.request_stop, args=(f"--seconds {seconds:g} elapsed",))
             self._timer.daemon = True
         self._thread = threading.Thread(target=self._watch, name="streamling-notebook-run", daemon=True)
 
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def _set_state(self, state: str) -> None:
+        if self._state in ("stopped", "failed") or (state == "running" and self._state == "stopping"):
+            return
+        self._state = state
+        if self._on_state is not None:
+            try:
+                self._on_state(state, self.error.headline() if self.error is not None else self.stop_reason)
+            except Exception:  # noqa: BLE001 - a view must not break the run
+                log.debug("showing the run's state", exc_info=True)
+
     def start(self) -> None:
-        self.run.start()  # in the caller's thread: plan-time errors fail the cell
+        try:
+            self.run.start()  # in the caller's thread: plan-time errors fail the cell
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        self._set_state("running")
         if self._timer is not None:
             self._timer.start()
         self._thread.start()
 
     def _watch(self) -> None:
+        error: BaseException | None = None
         try:
             self.run.wait()
-        except StreamlingError as exc:
-            self.error = exc
-        except Exception as exc:  # noqa: BLE001 - reported through status/the monitor
-            self.error = StreamlingError(f"the pipeline stopped: {java_message(exc)}", user=False, cause=exc)
-        finally:
-            try:
-                self.run.stop("finished")
-            except Exception:  # noqa: BLE001
-                log.debug("stopping the notebook run", exc_info=True)
-            if self._timer is not None:
-                self._timer.cancel()
-            if self.telemetry is not None:
-                self.telemetry.close()
-            self.finished.set()
+        except BaseException as exc:  # noqa: BLE001 - reported through status/the monitor
+            error = exc
+        self._end(error)
+
+    def _end(self, error: BaseException | None) -> None:
+        if isinstance(error, StreamlingError):
+            self.error = error
+        elif error is not None:
+            self.error = StreamlingError(f"the pipeline stopped: {java_message(error)}", user=False, cause=error)
+        try:
+            self.run.stop("finished")
+        except Exception:  # noqa: BLE001
+            log.debug("stopping the notebook run", exc_info=True)
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.telemetry is not None:
+            self.telemetry.close()
+        self._set_state("failed" if self.error is not None else "stopped")
+        self.finished.set()
 
     @property
     def active(self) -> bool:
         return not self.finished.is_set()
 
+    def request_stop(self, reason: str = "stopped from the notebook") -> None:
+        if self.active:
+            self.stop_reason = self.stop_reason or reason
+            self._set_state("stopping")
+            self.run.request_stop(reason)
+
     def stop(self, timeout_secs: float = 120, reason: str = "stopped from the notebook") -> None:
-        self.run.request_stop(reason)
+        self.request_stop(reason)
         self.finished.wait(timeout_secs)
 
     def wait(self, timeout_secs: float | None = None) -> bool:
@@ -205,6 +251,8 @@ class NotebookPipeline:
         self.extra: dict[str, Any] = {}
         self.captures: dict[str, Capture] = {}
         self.current: NotebookRun | None = None
+        #: why the last ``start`` failed before its run existed (planning, connecting)
+        self.start_error: StreamlingError | None = None
         self.monitor: Any = None
         self._spark = spark
         self._samples = _Samples()
@@ -225,6 +273,18 @@ class NotebookPipeline:
             raise StreamlingError(f"'{name}' is already a {previous[0]}", node=name,
                                   hint=f"use another name, or `%streamling remove {name}` first")
         self.nodes[name] = (kind, body)
+
+    @contextlib.contextmanager
+    def edit(self) -> Iterator[None]:
+        """A cell's change to the definitions: kept only if the cell succeeds. A cell that fails
+        (bad YAML, a check, a SQL error, a script that throws on the captured batch) leaves every
+        node as it was, so ``yaml``, ``validate``, Restart and ``run`` go on using what worked."""
+        nodes, extra = dict(self.nodes), dict(self.extra)
+        try:
+            yield
+        except BaseException:
+            self.nodes, self.extra = nodes, extra
+            raise
 
     def remove(self, name: str) -> None:
         if name not in self.nodes:
@@ -406,23 +466,30 @@ class NotebookPipeline:
         bus.subscribe(self._samples)
         if monitor is not None:
             bus.subscribe(monitor.handle)
-        pipeline = PipelineRun(self.spec(), settings, self.spark(), bus)
-        # The run's numbers and its metrics (exported when open_telemetry_metrics says where), as a CLI
-        # run has them; a kernel's runs come and go, so no admin API. The monitor reads the same numbers.
-        from streamling.telemetry.attach import attach
+        self.current, self.monitor, self.start_error = None, monitor, None
+        try:
+            pipeline = PipelineRun(self.spec(), settings, self.spark(), bus)
+            # The run's numbers and its metrics (exported when open_telemetry_metrics says where), as a
+            # CLI run has them; a kernel's runs come and go, so no admin API. The monitor reads them too.
+            from streamling.telemetry.attach import attach
 
-        telemetry = attach(pipeline.plan, settings, bus, admin_api=False)
+            telemetry = attach(pipeline.plan, settings, bus, admin_api=False)
+        except BaseException as exc:  # the run never existed: it failed while starting
+            self.start_error = exc if isinstance(exc, StreamlingError) else StreamlingError(
+                f"the pipeline did not start: {java_message(exc)}", user=False, cause=exc)
+            if monitor is not None:
+                monitor.show_state("failed", self.start_error.headline())
+            raise
         if monitor is not None:
             monitor.stats = telemetry.stats
         if print_out is not None:
             for node in pipeline.plan.nodes.values():
                 if isinstance(node, PrintSink):
                     node.out = print_out
-        run = NotebookRun(pipeline, seconds, telemetry)
+        run = NotebookRun(pipeline, seconds, telemetry, on_state=monitor.show_state if monitor is not None else None)
         for view in self.displays.values():  # before the first epoch: it samples the rows they show
             view.attach(run)
         self.current = run
-        self.monitor = monitor
         try:
             run.start()
         except BaseException:
@@ -436,16 +503,17 @@ class NotebookPipeline:
         return self._samples.get(node)
 
     def stop(self, timeout_secs: float = 120) -> None:
-        if self.current is None or not self.current.active:
-            raise StreamlingError("no pipeline is running", hint="start one with `%streamling run`")
-        self.current.stop(timeout_secs)
+        """Stop after the epoch in flight; nothing to do from ``stopped``, ``failed`` or before a run."""
+        if self.current is not None:
+            self.current.stop(timeout_secs)
 
     def status(self) -> dict[str, Any]:
         run = self.current
         if run is None:
-            return {"state": "not started", "flows": {}}
-        state = "running" if run.active else ("failed" if run.error else "finished")
-        return {"state": state, "error": run.error.headline() if run.error else None,
+            error = self.start_error.headline() if self.start_error is not None else None
+            return {"state": "failed" if error else "defined", "error": error, "flows": {}}
+        return {"state": run.state, "error": run.error.headline() if run.error else None,
+                "stop_reason": run.stop_reason,
                 "seconds": round(time.time() - run.started_at, 1), "flows": run.run.status()}
 
     # --- interactive debugging ----------------------------------------------------------------

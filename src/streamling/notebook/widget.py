@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anywidget
+import traitlets
 
 #: Prepended to every widget's ESM / CSS: an anywidget module is a single file.
 COMMON_JS, COMMON_CSS = "common.js", "common.css"
@@ -35,6 +36,8 @@ def front_end(name: str) -> str:
 
 
 PUSH_INTERVAL_SECS = 0.25  # at most ~4 trait pushes per second
+#: how often a widget of a live run tells its front end that its kernel is there
+BEAT_SECS = 1.0
 
 
 class _WidgetMeta(type(anywidget.AnyWidget), ABCMeta):  # type: ignore[misc]
@@ -50,6 +53,10 @@ class SummarizedWidget(anywidget.AnyWidget, metaclass=_WidgetMeta):  # type: ign
     #: True: a change not marked immediate is always pushed from the timer thread, so the thread that
     #: made it (an epoch publishing an event) never pays for the push
     push_from_timer = False
+    #: bumped every ``BEAT_SECS`` while a run feeds the widget. A front end learns from it that a
+    #: kernel is behind the widget even while that kernel is busy (Run All, ``%streamling wait``) and
+    #: cannot answer its ping; a notebook reopened from saved widget state gets neither.
+    beat = traitlets.Int(0).tag(sync=True)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -57,6 +64,25 @@ class SummarizedWidget(anywidget.AnyWidget, metaclass=_WidgetMeta):  # type: ign
         self._dirty = False
         self._last_push = 0.0
         self._timer: threading.Timer | None = None
+        self._beating: threading.Event | None = None
+
+    def keep_beating(self, beating: bool) -> None:
+        """Start (or stop) the heartbeat: on while a run is starting, running or stopping."""
+        with self._lock:
+            if beating and self._beating is None:
+                self._beating = threading.Event()
+                threading.Thread(target=self._beat, args=(self._beating,), name="streamling-widget-beat",
+                                 daemon=True).start()
+            elif not beating and self._beating is not None:
+                self._beating.set()
+                self._beating = None
+
+    def _beat(self, stop: threading.Event) -> None:
+        while not stop.wait(BEAT_SECS):
+            try:
+                self.beat = self.beat + 1
+            except Exception:  # noqa: BLE001 - a closed comm: nothing listens any more
+                return
 
     @abstractmethod
     def summary_text(self) -> str:

@@ -30,7 +30,7 @@ import re
 import struct
 from typing import TYPE_CHECKING, Any
 
-from streamling.errors import StreamlingError, chain_text, java_message
+from streamling.errors import StreamlingError, chain_text, spark_sql_message
 from streamling.functions.catalog import register_udfs
 from streamling.kafka.avro import (
     WideDecimalError,
@@ -45,7 +45,6 @@ from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Source
 from streamling.spec.nodes import KafkaSourceOptions
 from streamling.spec.sql import spark_expression
 from streamling.spec.types import ColumnType, spark_ddl, wide_columns
-from streamling.util import did_you_mean
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -231,13 +230,8 @@ class KafkaSource(Source[KafkaSourceOptions]):
         """The filter as the user wrote it failed to resolve: say which column, once, without a plan dump."""
         hint = "fix 'filter'; it may use the decoded columns" + (" and the _kafka_* metadata columns"
                                                                  if self.options.include_metadata else "")
-        params = getattr(exc, "getMessageParameters", lambda: None)() or {}
-        condition = str(getattr(exc, "getCondition", lambda: "")() or "")
-        if condition.startswith("UNRESOLVED_COLUMN") and params.get("objectName"):
-            name = str(params["objectName"]).split("`.`")[-1].strip("`")
-            return self.ctx.error(f"filter fails: column '{name}' does not exist{did_you_mean(name, columns)}",
-                                  hint=hint, code="filter_invalid")
-        message = re.sub(r"\s*SQLSTATE: \w+\.?", "", java_message(exc)).strip().rstrip(".")
+        # the columns the filter can use, not Spark's guesses among the raw Kafka record's
+        message = spark_sql_message(exc, columns)
         return self.ctx.error(f"filter fails: {message}", hint=hint, code="filter_invalid")
 
     def _avro(self, where: Column) -> Column:

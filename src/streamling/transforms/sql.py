@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from streamling.errors import spark_sql_message
 from streamling.functions.catalog import register_udfs
 from streamling.functions.dynamic_table import DynamicTableChecks
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Transform
@@ -160,8 +161,5 @@ def _single_gs_op(df: DataFrame) -> DataFrame:
 
 
 def _spark_message(exc: Exception) -> str:
-    text = str(exc).strip()
-    text = re.sub(r"\s*SQLSTATE: \w+", "", text)
-    text = re.sub(r"__sl_\w+?__", "", text)
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first
+    # the views streamling names its inputs by (``__sl_<scope>__<node>``) read as the node names
+    return re.sub(r"__sl_\w+?__", "", spark_sql_message(exc))
