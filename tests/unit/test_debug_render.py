@@ -138,3 +138,11 @@ def test_schema_view_lists_columns_types_and_key_compactly() -> None:
     clipped = html.escape(struct[:render.TYPE_CLIP - 1])
     assert f'<span style="color:#777" title="{html.escape(struct)}">{clipped}…</span>' in page
     assert page.count('<span style="white-space:nowrap">') == 3  # a column never breaks from its type
+
+
+def test_every_row_of_a_sampled_batch_is_listed() -> None:
+    before = pa.table({"id": list(range(20)), "v": [0] * 20})
+    after = pa.table({"id": list(range(20)), "v": list(range(20))})
+    view = render.debug_view("s", {"orders": before}, before, after, key=["id"])
+    assert "more rows" not in view.text and "more changed cells" not in view.text
+    assert view.text.count("  id=") == 19  # every changed cell named (id 0 kept its value)

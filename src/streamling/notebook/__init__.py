@@ -6,7 +6,8 @@ from typing import Any
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register the magics, the ``PipelineError`` display and (unless the kernel has one) ``dbutils``.
+    """Register the magics, the ``PipelineError`` display and (unless the kernel has them) ``dbutils``
+    and a ``display`` that shows Spark DataFrames as Databricks' does.
 
     ``set_custom_exc`` holds one handler per shell: loading streamling replaces another extension's.
     """
@@ -24,3 +25,7 @@ def load_ipython_extension(ipython: Any) -> None:
     quiet_spark_python_logs(debug=bool(getattr(magics, "full_traceback", False)))
     if "dbutils" not in ipython.user_ns:  # on Databricks the real dbutils wins
         ipython.user_ns["dbutils"] = dbutils
+    if "display" not in ipython.user_ns:  # IPython's is a builtin; Databricks' own wins
+        from streamling.notebook.display import display
+
+        ipython.user_ns["display"] = display

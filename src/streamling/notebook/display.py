@@ -586,3 +586,119 @@ def display_node(nb: NotebookPipeline, name: str, rows: int | None = None) -> Re
     if nb.current is not None:
         view.attach(nb.current, seed=nb.latest_sample)
     return view
+
+
+# --- display(df) -------------------------------------------------------------------------------------
+
+#: rows ``display(df)`` shows of a DataFrame, as Databricks' display does by default
+FRAME_ROWS = 1000
+
+
+def _is_dataframe(obj: Any) -> bool:
+    cls = type(obj)
+    return cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.sql")
+
+
+class StreamingDisplay:
+    """The query behind ``display(streaming_df)`` and the view it feeds."""
+
+    def __init__(self, view: ResultView, query: Any) -> None:
+        self.view, self.query = view, query
+
+    def stop(self, status: str = "stopped") -> None:
+        self.query.stop()
+        self.view.keep_beating(False)
+        self.view._set(status=status)
+
+    def wait(self, timeout_secs: float | None = None) -> bool:
+        """True once the query ended (a bounded source, ``stop``); a failed query fails the call and
+        the view says why."""
+        deadline = None if timeout_secs is None else time.monotonic() + timeout_secs
+        try:
+            # short waits: an interrupt (JupyterLab's Stop) lands between them, not inside py4j
+            while not self.query.awaitTermination(1):
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+        except Exception as exc:
+            self.view.keep_beating(False)
+            self.view._set(status=f"failed: {java_message(exc)}")
+            raise StreamlingError(f"display: the streaming query failed: {java_message(exc)}",
+                                  hint="fix the query; df.explain() shows its plan") from exc
+        self.view.keep_beating(False)
+        self.view._set(status="stopped")
+        return True
+
+
+def display_dataframe(df: Any, rows: int = FRAME_ROWS, *, stream_name: str | None = None,
+                      processing_time: str | None = None) -> ResultView | StreamingDisplay:
+    """A view of any Spark DataFrame, as Databricks' ``display(df)`` shows it.
+
+    A batch DataFrame: its first ``rows`` rows (sortable, downloadable as CSV or Parquet), read now.
+    A streaming one: a query, started now, whose every micro-batch's rows the view shows as they
+    arrive — the newest first, older batches filling up to ``rows`` — returned running."""
+    if not 1 <= rows <= MAX_ROWS:
+        raise StreamlingError(f"display shows 1 to {MAX_ROWS:,} rows, not {rows}", hint="pass rows=N in that range")
+    label = stream_name or ("streaming DataFrame" if df.isStreaming else "DataFrame")
+    view = ResultView(label, "query" if df.isStreaming else "batch", rows)
+    if not df.isStreaming:
+        try:
+            table = df.limit(rows + 1).toArrow()
+        except Exception as exc:  # noqa: BLE001 - shown as the cell's one-line error
+            raise StreamlingError(f"display: the DataFrame cannot be read: {java_message(exc)}",
+                                  hint="fix the query; df.explain() shows its plan") from exc
+        more = table.num_rows > rows
+        table = table.slice(0, rows)
+        with view._lock:
+            view._show(table, [str(f.type) for f in table.schema], updated_at=time.time())
+            view._state.update(status="complete", caption=(f"the first {rows:,} rows of the DataFrame" if more
+                                                           else f"all {table.num_rows:,} rows of the DataFrame"))
+            view._dirty = True
+        view.flush()
+        return view
+
+    view._sampled = [label]
+    view._set(status="running", caption=f"each micro-batch of the streaming query '{label}' as it arrives: the "
+                                        f"newest first, older ones up to {rows:,} rows")
+
+    def show(batch: Any, batch_id: int) -> None:
+        table = batch.limit(rows).toArrow()
+        view.handle(ev.RowsSampled(label, epoch=batch_id, node=label, columns=table.column_names, rows=[],
+                                   table=table))
+
+    writer = df.writeStream.foreachBatch(show)
+    if stream_name:
+        writer = writer.queryName(stream_name)
+    if processing_time:
+        writer = writer.trigger(processingTime=processing_time)
+    try:
+        query = writer.start()
+    except Exception as exc:  # noqa: BLE001 - shown as the cell's one-line error
+        raise StreamlingError(f"display: the streaming query does not start: {java_message(exc)}",
+                              hint="fix the query; df.explain() shows its plan") from exc
+    view.keep_beating(True)
+    return StreamingDisplay(view, query)
+
+
+def display(*objs: Any, **kwargs: Any) -> None:
+    """The notebook's ``display``: a Spark DataFrame as ``display_dataframe`` shows it — a streaming
+    one keeps its cell running until the query ends or the cell is interrupted (JupyterLab's Stop),
+    which stops the query, as cancelling the cell does on Databricks; Databricks' ``streamName`` and
+    ``processingTime`` keywords work too. Anything else as IPython shows it."""
+    from IPython.display import display as show
+
+    if len(objs) != 1 or not _is_dataframe(objs[0]):
+        show(*objs, **kwargs)
+        return
+    known = {"streamName": "stream_name", "processingTime": "processing_time", "rows": "rows"}
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:
+        raise StreamlingError(f"display(df) takes no {', '.join(unknown)}", hint=f"keywords: {', '.join(known)}")
+    result = display_dataframe(objs[0], **{known[k]: v for k, v in kwargs.items()})
+    if isinstance(result, ResultView):
+        show(result)
+        return
+    show(result.view)
+    try:
+        result.wait()
+    except KeyboardInterrupt:
+        result.stop("stopped (the cell was interrupted)")

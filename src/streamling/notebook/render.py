@@ -298,8 +298,13 @@ def side_by_side(panels: list[tuple[str, pa.Table | None]], max_rows: int = 20,
 BEFORE, AFTER = "output before the edit", "output now"
 
 
+#: rows of each panel a debug view lists: every row of a sampled batch (20 by default), and of
+#: a preview's capture as many as a notebook output reasonably holds
+DEBUG_ROWS = 200
+
+
 def debug_view(summary: str, inputs: Mapping[str, pa.Table], before: pa.Table | None, after: pa.Table,
-               key: Sequence[str] = (), max_rows: int = 10) -> Rendered:
+               key: Sequence[str] = (), max_rows: int = DEBUG_ROWS) -> Rendered:
     """A transform's captured inputs, its output before the edit and now, the changes marked."""
     panels: list[tuple[str, pa.Table | None]] = [(f"input: {name}", table) for name, table in inputs.items()]
     marks: dict[str, Marks] = {}
@@ -308,7 +313,7 @@ def debug_view(summary: str, inputs: Mapping[str, pa.Table], before: pa.Table | 
         diff = diff_tables(before, after, key)
         marks = {BEFORE: diff.before_marks(), AFTER: diff.after_marks()}
         panels.append((BEFORE, before))
-        notes = "\n\n" + changed_cells_text(diff, after)
+        notes = "\n\n" + changed_cells_text(diff, after, max_rows)
     panels.append((AFTER, after))
     text = summary + "\n\n" + "\n\n".join(table_text(t, title, max_rows, marks.get(title)) for title, t in panels)
     legend = (f'<p><small>in “{AFTER}”: <span style="{MARK_STYLES["changed"]}">changed</span> (hover for the value '
