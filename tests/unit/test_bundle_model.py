@@ -249,3 +249,35 @@ def test_loading_a_bundle_does_not_import_pyspark() -> None:
             f"load_bundle(Path({str(VALID)!r}), environ={{}}, user='alice'); "
             "assert 'pyspark' not in sys.modules, 'pyspark was imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_yaml_merge_keys_and_an_include_matching_nothing_load_as_the_databricks_cli_loads_them(
+        tmp_path: Path) -> None:
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "ingest.ipynb").write_bytes((VALID / "notebooks" / "ingest.ipynb").read_bytes())
+    (tmp_path / "bundle.yml").write_text("""\
+bundle:
+  name: merged
+include:
+  - resources/*.yml
+resources:
+  jobs:
+    ingest:
+      tasks:
+        - task_key: small
+          max_retries: 3
+          notebook_task: &ingest
+            notebook_path: notebooks/ingest.ipynb
+            base_parameters: {rows: "10", owner: ops}
+        - task_key: large
+          depends_on: [{task_key: small}]
+          notebook_task:
+            <<: *ingest
+            base_parameters: {rows: "20"}
+""")
+    bundle = _load(tmp_path)
+    small, large = bundle.jobs["ingest"].tasks
+    assert large.notebook_path == small.notebook_path == tmp_path / "notebooks" / "ingest.ipynb"
+    assert (small.base_parameters, large.base_parameters) == ({"rows": "10", "owner": "ops"}, {"rows": "20"})
+    assert bundle.warnings == ["bundle.yml:4: include pattern 'resources/*.yml' matches no file, so it adds "
+                               "nothing (patterns are relative to the bundle folder)"]

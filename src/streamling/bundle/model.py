@@ -647,9 +647,9 @@ def _includes(ctx: _Context, main: _File) -> None:
             ctx.add(path, "an include entry must be a glob pattern such as resources/*.yml")
             continue
         matches = sorted(glob.glob(pattern, root_dir=ctx.root, recursive=True))
-        if not matches:
-            ctx.add(path, f"include pattern '{pattern}' matches no file",
-                    hint="patterns are relative to the bundle folder; fix the pattern or remove it")
+        if not matches:  # as the Databricks CLI: not an error (a folder of resources may be empty)
+            ctx.warnings.append(f"{ctx.source(path)}: include pattern '{pattern}' matches no file, so it adds "
+                                "nothing (patterns are relative to the bundle folder)")
         for match in matches:
             file_path = Path(os.path.normpath(ctx.root / match))
             if file_path in seen or file_path.is_dir():

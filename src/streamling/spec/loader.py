@@ -36,10 +36,17 @@ def _join(prefix: str, key: object) -> str:
     return f"{prefix}.{key}" if prefix else str(key)
 
 
+_MERGE = "tag:yaml.org,2002:merge"
+
+
 def _walk(node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
+        inherited: dict[Any, Any] = {}
         for key_node, value_node in node.value:
+            if key_node.tag == _MERGE:
+                _merge(value_node, path, key_node.start_mark.line + 1, inherited, lines)
+                continue
             key = _scalar(key_node)
             child = _join(path, key)
             if key in out:
@@ -49,6 +56,8 @@ def _walk(node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
                     code="yaml_duplicate_key", hint="rename or remove one of them")
             lines[child] = key_node.start_mark.line + 1
             out[key] = _walk(value_node, child, lines)
+        if inherited:
+            out = {**{k: v for k, v in inherited.items() if k not in out}, **out}
         return out
     if isinstance(node, yaml.SequenceNode):
         items = []
@@ -58,6 +67,20 @@ def _walk(node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
             items.append(_walk(item, child, lines))
         return items
     return _scalar(node)
+
+
+def _merge(value: yaml.Node, path: str, line: int, into: dict[Any, Any], lines: dict[str, int]) -> None:
+    """``<<: *anchor`` (or a list of anchors): YAML's merge key, as Databricks' bundle examples use
+    it. Keys the mapping sets itself win; among merged mappings the first that has a key wins."""
+    for source in value.value if isinstance(value, yaml.SequenceNode) else [value]:
+        if not isinstance(source, yaml.MappingNode):
+            raise StreamlingError("a merge key (<<) takes a mapping or a list of mappings, e.g. <<: *defaults",
+                                  location=Location(path or "<root>", line), code="yaml_merge",
+                                  hint="anchor a mapping (&name) and merge it with <<: *name")
+        for key, item in _walk(source, path, {}).items():
+            if key not in into:
+                into[key] = item
+                lines.setdefault(_join(path, key), line)
 
 
 _CONSTRUCTOR = yaml.SafeLoader("")
