@@ -313,3 +313,21 @@ def test_expectations_in_cells(ip: Any) -> None:
         {"name": "has_id", "condition": "id IS NOT NULL", "on_violation": "fail"}]
     with pytest.raises(PipelineError, match="expectation 'broken': does not parse"):
         ip.run_cell_magic("streamling", "transform t --from orders --expect broken 'amount >'", "SELECT * FROM orders")
+
+
+def test_warnings_are_plain_notes_in_the_cell_and_errors_stay_errors(
+        ip: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    import streamling.notebook
+
+    logging.getLogger("streamling.runtime.flow").warning("not in a kernel: the process's own logging says it")
+    assert capsys.readouterr().out == ""
+    monkeypatch.setattr(streamling.notebook, "in_kernel", lambda: True)
+    logging.getLogger("streamling.runtime.flow").warning("flow 'orders': resuming %s with a different set of nodes",
+                                                         "the checkpoint")
+    logging.getLogger("streamling.runtime.flow").info("detail a notebook does not need")
+    logging.getLogger("streamling.runtime.flow").error("flow 'orders' failed")
+    out, err = capsys.readouterr()
+    assert out == "streamling: flow 'orders': resuming the checkpoint with a different set of nodes\n"
+    assert err == "streamling: flow 'orders' failed\n"
