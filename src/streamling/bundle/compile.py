@@ -40,11 +40,11 @@ What each cell means in a job:
   notebook only: interactive cells, of any kind, are not part of the job.
 - Other magics (``%pip``, ``%sh``, ``%%sql``, ``%run``, ``!cmd``, …): an error naming the magic.
   Markdown and raw cells are ignored.
-- Cells tagged ``raises-exception`` (nbval: the cell is expected to fail) are compiled like any
-  other: the job gets the pipeline the notebook has after "Run all". A ``%%streamling`` cell that
-  defines its node and then fails (e.g. re-running a captured batch) has defined it; a tagged cell
-  that fails to build its node changes nothing, as in the notebook, and is reported as a warning.
-  The tag does not make Python code part of the job, nor excuse an unsupported magic.
+- Cells tagged ``raises-exception`` (nbval: the cell is expected to fail) fail in the notebook, and
+  a cell that fails changes nothing there (``NotebookPipeline.edit``): the job gets the pipeline the
+  notebook has after "Run all", so a tagged ``%%streamling`` cell defines nothing in the job either
+  (e.g. a script transform that throws when re-run on the captured batch), with a warning. The tag
+  does not make Python code part of the job, nor excuse an unsupported magic.
 
 Every problem is reported at once: ``compile_notebook`` raises a ``ValidationError`` listing each
 cell's problems and then the document's own validation (``streamling.spec.parse_pipeline``),
@@ -224,6 +224,10 @@ def _unmagic(line: str) -> str:
 # --- compiling ------------------------------------------------------------------------------------
 
 
+class _Expected(Exception):
+    """A cell tagged ``raises-exception`` built its node: it fails later in the notebook."""
+
+
 class _CellError(Exception):
     """A cell the job cannot take (Python code, another magic): an error even when the cell is
     tagged ``raises-exception``."""
@@ -277,11 +281,23 @@ class _Compiler:
                 continue
             self.cell = cell
             self.attempt = None
+            node_cells = dict(self.node_cells)
             try:
-                self.code_cell(cell)
+                with self.nb.edit():
+                    self.code_cell(cell)
+                    if RAISES in cell.tags and self.attempt is not None:
+                        # The cell fails in the notebook (e.g. a script re-run on the captured batch
+                        # throws), and a failing cell changes nothing there: nor here.
+                        raise _Expected()
+            except _Expected:
+                self.node_cells = node_cells
+                self.warnings.append(f"cell {cell.index} (tagged {RAISES}) fails in the notebook, so its "
+                                     f"definition of '{self.attempt[1] if self.attempt else '?'}' is not part "
+                                     "of the job")
             except _CellError as exc:
                 self.problems.append(exc.error)
             except StreamlingError as exc:  # what the notebook's own cell would raise
+                self.node_cells = node_cells
                 if RAISES in cell.tags:
                     self.warnings.append(f"cell {cell.index} (tagged {RAISES}) fails as in the notebook and "
                                          f"changes nothing in the job: {_first(exc)}")
