@@ -37,7 +37,8 @@ CELLS = [
     "%%streamling sink typo_out --from typo\ntype: blackhole",
     "%%streamling transform typo --from orders\nSELECT id, amont FROM orders",
     "%streamling show",
-    "%streamling remove typo_out\n%streamling remove typo",
+    # The failed typo cell defined nothing (a cell that fails changes nothing): only typo_out goes.
+    "%streamling remove typo_out",
     "%streamling show",
 ]
 TYPO_CELLS = (6, 7, 8)
@@ -182,7 +183,7 @@ def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
             assert "org.apache" not in message and "java" not in message.lower(), message
 
             # Stop: the buttons act on the run; restart continues from the last finalized epoch.
-            _run_cell(page, SHOW_CELL - 1)  # remove the typo's nodes
+            _run_cell(page, SHOW_CELL - 1)  # remove the sink left waiting for the typo
             _run_cell(page, SHOW_CELL)
             cells.nth(SHOW_CELL).locator(".jp-RenderedSVG, img").first.wait_for(timeout=60_000)
             before = _max_epoch(monitor)
