@@ -138,3 +138,33 @@ def test_load_ext_keeps_a_dbutils_the_kernel_already_has() -> None:
     fresh = _Shell({})
     load_ipython_extension(fresh)
     assert fresh.user_ns["dbutils"] is dbutils
+
+
+def test_in_a_notebook_each_widget_is_an_input_control_whose_value_the_next_get_reads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import IPython.display
+    import ipywidgets
+
+    import streamling.notebook
+
+    shown: list[Any] = []
+    monkeypatch.setattr(streamling.notebook, "in_kernel", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    env: dict[str, str] = {}
+    w = Widgets(environ=env)
+    w.text("topic", "orders", "Kafka topic")
+    w.dropdown("mode", "fast", ["fast", "safe"])
+    w.combobox("region", "eu", ["eu", "us"])
+    w.multiselect("kinds", "a", ["a", "b", "c"])
+    text, dropdown, combobox, multi = shown
+    assert isinstance(text, ipywidgets.Text) and text.description == "Kafka topic" and text.value == "orders"
+    assert isinstance(dropdown, ipywidgets.Dropdown) and dropdown.options == ("fast", "safe")
+    assert isinstance(combobox, ipywidgets.Combobox) and isinstance(multi, ipywidgets.SelectMultiple)
+    text.value, dropdown.value, combobox.value, multi.value = "payments", "safe", "ap", ("a", "c")
+    assert w.getAll() == {"topic": "payments", "mode": "safe", "region": "ap", "kinds": "a,c"}
+    assert w.defaults()["topic"] == "orders"  # what a job of this notebook uses
+    # re-running the declaring cell keeps what was entered, as on Databricks
+    w.text("topic", "orders", "Kafka topic")
+    assert w.get("topic") == "payments" and shown[-1].value == "payments"
+    env[PARAMETERS_ENV] = json.dumps({"topic": "from-the-job"})  # a job parameter still wins
+    assert w.get("topic") == "from-the-job"

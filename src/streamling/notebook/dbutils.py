@@ -12,8 +12,11 @@ nbconvert run pass parameters. A job parameter is readable with ``get`` even whe
 declares it, as on Databricks. ``load_ipython_extension`` puts this object in the notebook's
 namespace only when ``dbutils`` is not defined there already (on Databricks the real one wins).
 
-There is no UI: the widgets only hold values. The bundle compiler reads the same declarations
-from the notebook's source without running it (``streamling.bundle.compile``).
+In a notebook (a Jupyter kernel) each declaration shows its input control — a text box, a
+dropdown, a combobox or a multi-select, as Databricks draws them — in the declaring cell's output;
+a value changed there is what ``get`` and ``{{name}}`` read from then on (a job parameter still
+wins). The bundle compiler reads the same declarations from the notebook's source without running
+it (``streamling.bundle.compile``); a job uses the defaults and its parameters.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from streamling.errors import StreamlingError
 
@@ -57,6 +61,8 @@ class Widget:
     default: str
     choices: list[str] = field(default_factory=list)
     label: str | None = None
+    #: what the notebook's input control holds now (None: untouched, the default)
+    value: str | None = None
 
 
 def _text(value: object, what: str) -> str:
@@ -93,7 +99,43 @@ class Widgets:
             if missing:
                 raise ValueError(f"default value {default!r} of {kind} widget '{name}' is not one of its choices: "
                                  f"{', '.join(options)}")
-        self._widgets[name] = Widget(kind, default, options, label)
+        previous = self._widgets.get(name)
+        widget = Widget(kind, default, options, label)
+        if previous is not None and previous.kind == kind and previous.value is not None \
+                and (kind in ("text", "combobox") or set(previous.value.split(",")) <= set(options)):
+            widget.value = previous.value  # as on Databricks: re-running the cell keeps what was entered
+        self._widgets[name] = widget
+        from streamling.notebook import in_kernel
+
+        if in_kernel():
+            from IPython.display import display
+
+            display(self._control(name, widget))
+
+    def _control(self, name: str, widget: Widget) -> Any:
+        """The input control a notebook shows for a widget; a change sets the value the next
+        ``get`` (and ``{{name}}`` in the next cell or run) reads."""
+        import ipywidgets
+
+        current = widget.value if widget.value is not None else widget.default
+        common: dict[str, Any] = {"description": widget.label or name, "style": {"description_width": "initial"}}
+        control: Any
+        if widget.kind == "dropdown":
+            control = ipywidgets.Dropdown(options=widget.choices, value=current, **common)
+        elif widget.kind == "combobox":
+            control = ipywidgets.Combobox(options=widget.choices, value=current, ensure_option=False, **common)
+        elif widget.kind == "multiselect":
+            picked = tuple(v.strip() for v in current.split(",") if v.strip())
+            control = ipywidgets.SelectMultiple(options=widget.choices, value=picked, **common)
+        else:
+            control = ipywidgets.Text(value=current, **common)
+
+        def changed(change: dict[str, Any]) -> None:
+            new = change["new"]
+            widget.value = ",".join(new) if isinstance(new, (tuple, list)) else str(new)
+
+        control.observe(changed, names="value")
+        return control
 
     def text(self, name: str, defaultValue: str, label: str | None = None) -> None:
         """A free-text parameter."""
@@ -128,12 +170,16 @@ class Widgets:
         """Declared widgets and their defaults, before job parameters."""
         return {name: w.default for name, w in self._widgets.items()}
 
+    def values(self) -> dict[str, str]:
+        """Declared widgets and what their controls hold (the default until changed in the page)."""
+        return {name: w.value if w.value is not None else w.default for name, w in self._widgets.items()}
+
     def declared(self) -> dict[str, Widget]:
         return dict(self._widgets)
 
     def getAll(self) -> dict[str, str]:
         """Every widget's value and every job parameter (a job parameter wins over a default)."""
-        return {**self.defaults(), **job_parameters(self._environ)}
+        return {**self.values(), **job_parameters(self._environ)}
 
     def get(self, name: str) -> str:
         values = self.getAll()
