@@ -104,12 +104,14 @@ class ValidationError(StreamlingError):
         return self.message
 
 
-def _first_line(text: str) -> str:
-    """Drop Java stack frames: keep the first line of a JVM exception message."""
-    for line in text.strip().splitlines():
+def first_line(value: BaseException | str) -> str:
+    """The first non-empty line, stripped: what a person reads of an error whose later lines are
+    Java stack frames, libpq's hints or a worker's traceback. An exception without a message gives
+    its type's name; empty text gives ""."""
+    for line in str(value).splitlines():
         if line.strip():
             return line.strip()
-    return text
+    return type(value).__name__ if isinstance(value, BaseException) else ""
 
 
 _RETRIABLE_ERRNOS = {
@@ -156,10 +158,10 @@ def java_message(exc: BaseException) -> str:
         try:
             msg = getter()
             if msg:
-                return _first_line(str(msg))
+                return first_line(str(msg))
         except Exception:  # noqa: BLE001 - the message is best effort
             pass
-    return _first_line(str(exc))
+    return first_line(exc)
 
 
 def _unquote(name: str) -> str:

@@ -106,3 +106,11 @@ def test_secrets_are_masked() -> None:
     text = "connection to 'host=db password=s3cr3t user=u' failed: s3cr3t rejected"
     assert mask(text, ["s3cr3t"]) == "connection to 'host=db password=*** user=u' failed: *** rejected"
     assert "hunter2" not in mask("password='hunter2' host=x")
+
+
+def test_first_line_is_what_a_person_reads_of_any_error() -> None:
+    from streamling.errors import first_line
+
+    assert first_line(RuntimeError("\n  boom\n\tat x")) == "boom"
+    assert first_line(ConnectionResetError()) == "ConnectionResetError"  # no message: never an IndexError
+    assert first_line("") == "" and first_line("one\ntwo") == "one"

@@ -6,9 +6,9 @@ one that is not, and ``mask`` keeps passwords out of messages. Nothing here retr
 ``StreamlingError(retriable=is_transient(exc))`` and the flow retries with one policy.
 """
 
+from streamling.errors import first_line  # the one helper; callers here import it from this package
 from streamling.postgres.errors import (
     StatementBoundExceeded,
-    first_line,
     is_authentication_failure,
     is_transient,
     mask,

@@ -58,10 +58,6 @@ def is_authentication_failure(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.Error) and any(marker in str(exc).lower() for marker in _AUTH_TEXT)
 
 
-def first_line(exc: BaseException) -> str:
-    """The first non-empty line of an error (libpq adds hints and context on later lines)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
 
 
 def mask(text: str, secrets: Iterable[str | None] = ()) -> str:

@@ -18,7 +18,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from streamling import storage
-from streamling.errors import StreamlingError, chain_text, java_message, node_failure_from_text
+from streamling.errors import StreamlingError, chain_text, first_line, java_message, node_failure_from_text
 from streamling.runtime import events as ev
 from streamling.runtime import expectations
 from streamling.runtime.environment import worker_failure
@@ -621,7 +621,7 @@ class FlowRunner:
         if not isinstance(exc, StreamlingError):  # raised on an executor: the node's own words
             exc = node_failure_from_text(chain_text(exc)) or exc
         node = exc.node if isinstance(exc, StreamlingError) and exc.node else node
-        message = exc.headline() if isinstance(exc, StreamlingError) else str(exc).splitlines()[0]
+        message = exc.headline() if isinstance(exc, StreamlingError) else first_line(exc)
         self.bus.publish(ev.PipelineError(self.flow.name, node=node, message=message, retriable=True,
                                           attempt=attempt))
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from streamling.config.settings import RetrySettings
-from streamling.errors import StreamlingError, is_retriable
+from streamling.errors import StreamlingError, first_line, is_retriable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -87,7 +87,7 @@ def call_with_retry(fn: Callable[[], T], policy: RetrySettings, what: str,
         if _stop.is_set():
             raise _stop_from(exc, what)
         log.warning("%s failed (attempt %d/%d), retrying in %.1fs: %s", what, state.attempt_number,
-                    policy.max_attempts, delay, str(exc).splitlines()[0] if str(exc) else exc)
+                    policy.max_attempts, delay, first_line(exc))
         if on_retry is not None:
             on_retry(exc, state.attempt_number)
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from streamling import storage
-from streamling.errors import StreamlingError, chain_text
+from streamling.errors import StreamlingError, chain_text, first_line
 from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import GS_OP, NodeContext, Source
 from streamling.spec.nodes import FileSourceOptions
@@ -113,7 +113,7 @@ class FileSource(Source[FileSourceOptions]):
                                      hint="convert the files to parquet, or add spark-avro to the connector jars",
                                      code="connector_missing") from exc
             raise self.ctx.error(f"cannot read {self.options.format} files at {self.options.path!r}: "
-                                 f"{str(exc).splitlines()[0]}", code="file_unreadable") from exc
+                                 f"{first_line(exc)}", code="file_unreadable") from exc
         # A malformed JSON line among the starting files makes inference add the corrupt-record
         # column; it is never a data column.
         self.schema = StructType([f for f in inferred.fields if f.name != CORRUPT])

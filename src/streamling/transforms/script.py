@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from streamling.errors import NodeFailure
+from streamling.errors import NodeFailure, first_line
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext
 from streamling.spec.nodes import ScriptTransformOptions
 from streamling.spec.types import decimal_texts, from_metadata, parse_type, with_wide_metadata
@@ -80,7 +80,7 @@ class ScriptTransform(ArrowTransform[ScriptTransformOptions]):
             try:
                 source = quickjs.transpile_typescript(source)
             except Exception as exc:  # noqa: BLE001 - SWC raises its own exception types
-                raise ctx.error(f"TypeScript does not compile: {_first_line(str(exc))}",
+                raise ctx.error(f"TypeScript does not compile: {first_line(str(exc))}",
                                 hint="fix the TypeScript in 'script'", code="script_invalid") from exc
         self.javascript = source
         settings = ctx.settings.wasm_script
@@ -100,7 +100,7 @@ class ScriptTransform(ArrowTransform[ScriptTransformOptions]):
                             hint="check wasm_script.runtime_wasm_file_path", code="config_invalid") from exc
         report = _report(result.stderr)
         if report is not None or result.trap is not None or result.rc != 0:
-            message = str(report.get("message")) if report else (result.trap or _first_line(result.stderr))
+            message = str(report.get("message")) if report else (result.trap or first_line(result.stderr))
             line = _script_line(str(report.get("stack", ""))) if report else None
             at_line = f" (script line {line})" if line else ""
             raise ctx.error(f"the script does not load: {message}{at_line}", hint="fix 'script'",
@@ -420,7 +420,7 @@ def _failure(job: ScriptJob, batch: pa.RecordBatch, result: quickjs.RunResult) -
                                hint="turn the recursion into a loop or bound its depth")
         return NodeFailure(job.node, NODE_KIND, f"the sandbox stopped: {result.trap}{where}")
     if report is None:
-        return NodeFailure(job.node, NODE_KIND, f"the script failed: {_first_line(result.stderr) or 'no message'}")
+        return NodeFailure(job.node, NODE_KIND, f"the script failed: {first_line(result.stderr) or 'no message'}")
     message = str(report.get("message", ""))
     if message in ("null", "") and not report.get("stack"):
         # QuickJS throws a bare null when memory is so short it cannot build the error object itself
@@ -480,8 +480,3 @@ def _script_line(stack: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _first_line(text: str) -> str:
-    for line in text.strip().splitlines():
-        if line.strip():
-            return line.strip()
-    return ""

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from streamling.errors import NodeFailure
+from streamling.errors import NodeFailure, first_line
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext
 from streamling.spec.nodes import WasmTransformOptions
 from streamling.spec.types import decimal_texts, from_metadata, parse_type, with_wide_metadata
@@ -203,7 +203,7 @@ def json_to_columns(node: str, data: bytes, schema: pa.Schema) -> tuple[dict[str
             columns[fld.name] = _json_column(values, fld.type, fld)
         except (ValueError, TypeError, ArithmeticError) as exc:  # pyarrow's errors subclass these
             raise NodeFailure(node, NODE_KIND, f"output column '{fld.name}' does not match the declared "
-                              f"type {fld.type}: {_first_line(exc)}", hint="fix the plugin or the node's 'schema'"
+                              f"type {fld.type}: {first_line(exc)}", hint="fix the plugin or the node's 'schema'"
                               ) from exc
     return columns, len(rows)
 
@@ -224,7 +224,7 @@ def ipc_to_columns(node: str, data: bytes, schema: pa.Schema) -> tuple[dict[str,
     try:
         table = pa.ipc.open_stream(data).read_all()
     except (pa.ArrowInvalid, OSError) as exc:
-        raise NodeFailure(node, NODE_KIND, f"plugin output is not an Arrow IPC stream: {_first_line(exc)}",
+        raise NodeFailure(node, NODE_KIND, f"plugin output is not an Arrow IPC stream: {first_line(exc)}",
                           hint="write the output with an Arrow IPC stream writer") from exc
     columns: dict[str, pa.Array] = {}
     wanted = list(schema)
@@ -244,14 +244,9 @@ def ipc_to_columns(node: str, data: bytes, schema: pa.Schema) -> tuple[dict[str,
                 columns[fld.name] = column if column.type == fld.type else column.cast(fld.type, safe=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
             raise NodeFailure(node, NODE_KIND, f"output column '{fld.name}' is {column.type}, not the declared "
-                              f"{fld.type}: {_first_line(exc)}", hint="fix the plugin or the node's 'schema'"
+                              f"{fld.type}: {first_line(exc)}", hint="fix the plugin or the node's 'schema'"
                               ) from exc
     return columns, table.num_rows
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -313,7 +308,7 @@ class WasmTransform(ArrowTransform[WasmTransformOptions]):
         try:
             plugin = load_plugin(self.plugin)
         except extism.Error as exc:
-            raise self.ctx.error(f"cannot load module {path}: {_first_line(exc)}", code="wasm_module_invalid",
+            raise self.ctx.error(f"cannot load module {path}: {first_line(exc)}", code="wasm_module_invalid",
                                  hint="build it with an Extism PDK") from exc
         if not plugin.function_exists(self.plugin.function):
             exports = _function_exports(path)
