@@ -88,7 +88,7 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
                   max_retries: 1
                   min_retry_interval_millis: 300
               webhook_notifications:
-                on_start: [{{url: "{hooks[0]}"}}]
+                on_start: [{{url: "{hooks[0].replace('//', '//ops:hook-secret@')}?token=hook-token"}}]
                 on_success: [{{url: "{hooks[0]}"}}]
               email_notifications: {{on_success: [ops@example.com]}}
             chain:
@@ -178,7 +178,14 @@ def test_retries_dependencies_parameters_concurrency_timeouts_and_notifications(
 
     with sqlite3.connect(project.parent / "root" / "runs.db") as conn:
         emails = conn.execute("SELECT target, event FROM notifications WHERE channel='email'").fetchall()
+        webhooks = conn.execute("SELECT target, event, status FROM notifications WHERE channel='webhook' "
+                                "ORDER BY id").fetchall()
     assert emails == [("ops@example.com", "on_success")]
+    # The webhook's credentials reached the endpoint, never the run store or a log.
+    assert webhooks[:2] == [(hooks[0] + "?…", "on_start", "sent"), (hooks[0], "on_success", "sent")]
+    stored = b"".join(f.read_bytes() for f in (project.parent / "root").rglob("*")
+                      if f.is_file() and (f.name.startswith("runs.db") or f.suffix in (".log", ".exit")))
+    assert b"hook-secret" not in stored and b"hook-token" not in stored
 
 
 def test_a_deploy_that_changes_nothing_is_a_no_op(project: Path) -> None:

@@ -634,16 +634,23 @@ class Runner:
     def _send_webhooks(self, run_id: int, event: str, urls: list[str], payload: dict[str, Any]) -> None:
         import httpx
 
+        from streamling.http.client import credential_forms, redact_url
+
         for url in urls:
+            # A webhook URL may carry credentials (user:password@, a token in the query): neither
+            # the log nor the run store keeps them, whatever the error text echoes.
+            safe = redact_url(url).split("?", 1)[0] + ("?…" if "?" in url else "")
             try:
                 response = httpx.post(url, json=payload, timeout=10)
                 status = "sent" if response.status_code < 400 else "failed"
                 detail = f"HTTP {response.status_code}"
             except httpx.HTTPError as exc:
-                status, detail = "failed", str(exc)
+                status, detail = "failed", str(exc).replace(url, safe)
+                for secret in credential_forms(url, {}):
+                    detail = detail.replace(secret, "***")
             if status == "failed":
-                log.warning("run %d: %s webhook to %s failed: %s", run_id, event, url, detail)
-            self.store.notification(run_id, event, "webhook", url, status, detail)
+                log.warning("run %d: %s webhook to %s failed: %s", run_id, event, safe, detail)
+            self.store.notification(run_id, event, "webhook", safe, status, detail)
 
 
 def _unpaused(section: Any) -> bool:
