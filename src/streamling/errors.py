@@ -188,10 +188,10 @@ def spark_sql_message(exc: BaseException, columns: Sequence[str] | None = None) 
         return f"function '{_unquote(str(params['routineName']))}' does not exist"
     if condition.startswith("TABLE_OR_VIEW_NOT_FOUND") and params.get("relationName"):
         return f"table '{_unquote(str(params['relationName']))}' does not exist: name an upstream node in FROM"
-    text = str(exc).strip() or type(exc).__name__
+    text = first_line(exc)
     text = re.sub(r"^\[[A-Z_.]+\]\s*", "", text)
     text = re.sub(r"\s*SQLSTATE: \w+\.?", "", text)
-    text = re.sub(r";?\s*line \d+ pos \d+", "", text.splitlines()[0])
+    text = re.sub(r";?\s*\(?line \d+,? pos \d+\)?", "", first_line(text))
     return text.strip().rstrip(".;")
 
 

@@ -61,7 +61,11 @@ def test_a_sql_mistake_fails_the_cell_with_the_line_show_gives(magics: Any, spar
         magics.streamling("transform big --from orders", "SELECT id, nosuch FROM orders")
     message = str(cell.value)
     assert message.startswith("Node 'big': ") and "nosuch" in message and "\n" not in message
-    magics.streamling("sink out --from big", "type: blackhole\n")  # show needs a whole pipeline
+    assert "big" not in magics.pipeline.nodes  # the failed cell defined nothing
+    # the same definition, put in place without its cell, fails `show` with the same line
+    magics.pipeline.define("transform", "big", {"type": "sql", "from": ["orders"],
+                                                "sql": "SELECT id, nosuch FROM orders"})
+    magics.pipeline.define("sink", "out", {"type": "blackhole", "from": ["big"]})
     with pytest.raises(PipelineError) as show:
         magics.streamling("show")
     assert message in str(show.value).splitlines()

@@ -750,7 +750,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="streamling-runner", description="Supervise the jobs deployed under ROOT.")
     p.add_argument("root")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from streamling.cli import setup_logging
+
+    # as the CLI's: among others, httpx would log every webhook's URL, credentials included
+    setup_logging("text", debug=False)
     ws = Workspace(args.root)
     ws.root.mkdir(parents=True, exist_ok=True)
     if ws.store_settings().store != "sqlite":
