@@ -33,6 +33,8 @@ CELLS = [
     "%%streamling sink out --from big\ntype: blackhole",
     "%streamling run --seconds 600",
     "%streamling display big --rows 50",
+    # Run All keeps the kernel busy here: the monitor and the display must stay live meanwhile.
+    "import time\ntime.sleep(40)",
     # A typo in a column: its definition cell (the session is warm) or `show` fails with one line.
     "%%streamling sink typo_out --from typo\ntype: blackhole",
     "%%streamling transform typo --from orders\nSELECT id, amont FROM orders",
@@ -41,8 +43,9 @@ CELLS = [
     "%streamling remove typo_out",
     "%streamling show",
 ]
-TYPO_CELLS = (6, 7, 8)
-SHOW_CELL = 10
+BUSY_CELL = 6
+TYPO_CELLS = (7, 8, 9)
+SHOW_CELL = 11
 
 
 def _api(lab: Lab, path: str, method: str = "GET") -> Any:
@@ -99,6 +102,21 @@ def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
             timings["first finalized epoch"] = time.monotonic() - started
             rows = monitor.locator("[data-testid=sl-sample-row]")
             rows.first.wait_for(timeout=60_000)
+
+            # While Run All sleeps in a later cell the kernel cannot answer the widgets' ping: they stay
+            # live all the same (the kernel side's heartbeat), Stop usable, not "saved snapshot".
+            prompts = "i => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].map(c => " \
+                      "c.querySelector('.jp-InputPrompt').textContent)"
+            page.wait_for_function(f"() => {{ const p = ({prompts})(); return /\\d/.test(p[{BUSY_CELL - 1}]) "
+                                   f"&& p[{BUSY_CELL}].includes('*'); }}", timeout=120_000)
+            time.sleep(7)  # past the front end's 5 s wait for an answer to its ping
+            assert "*" in page.evaluate(f"() => ({prompts})()")[BUSY_CELL], "the kernel is no longer busy"
+            assert monitor.locator("[data-testid=sl-live]").get_attribute("data-live") == "true"
+            assert monitor.locator("[data-testid=sl-stop]").is_visible()
+            assert monitor.locator("[data-testid=sl-stop]").is_enabled()
+            assert _status(monitor).startswith("running"), _status(monitor)
+            assert page.locator("[data-testid=sl-display-status]").get_attribute("data-live") == "true"
+            timings["live while busy"] = time.monotonic() - started
 
             # The default in-flight batch is the transform's: the SQL filter holds on every row.
             assert monitor.locator("[data-testid=sl-node-select]").input_value() == "big"
