@@ -7,6 +7,7 @@ a JVM; the Spark-backed jobs are in tests/integration/bundle.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -72,7 +73,7 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
         with open(sys.argv[1], "a") as out:
             out.write(json.dumps({"t": time.time(), "params": json.loads(os.environ["STREAMLING_JOB_PARAMETERS"]),
                                   "args": sys.argv[2:]}) + "\\n")
-        time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0)
+        time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].replace(".", "", 1).isdigit() else 0)
     """))
     out = tmp_path / "out"
     out.mkdir()
@@ -96,7 +97,11 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
               tasks:
                 - task_key: second
                   depends_on: [{{task_key: first}}]
-                  spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'chain.jsonl'}"]}}
+                  spark_python_task:
+                    python_file: ./jobs/record.py
+                    parameters: ["{out / 'chain.jsonl'}", "run={{{{job.run_id}}}}", "who={{{{job.parameters.who}}}}",
+                                 "task={{{{task.name}}}}#{{{{task.execution_count}}}}",
+                                 "day={{{{job.start_time.iso_date}}}}"]
                 - task_key: first
                   spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'chain.jsonl'}"]}}
             slow:
@@ -147,6 +152,10 @@ def test_retries_dependencies_parameters_concurrency_timeouts_and_notifications(
     lines = [json.loads(line) for line in (out / "chain.jsonl").read_text().splitlines()]
     assert [line["params"] for line in lines] == [{"who": "run-time"}, {"who": "run-time"}]
     assert lines[0]["t"] < lines[1]["t"]
+    # Databricks' dynamic value references in a task's parameters, filled in when it starts
+    [chain_run] = runs(project, "chain")
+    day = datetime.datetime.fromtimestamp(chain_run["started_at"], datetime.UTC).date().isoformat()
+    assert lines[1]["args"] == [f"run={chain_run['run_id']}", "who=run-time", "task=second#1", f"day={day}"]
 
     # max_concurrent_runs: 1 — the second run waits until the first ended.
     first = bundle(project, "run", "slow", "--no-wait")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamling.bundle import handover
+from streamling.bundle.references import RunContext
 from streamling.errors import StreamlingError, ValidationError
 
 if TYPE_CHECKING:
@@ -41,32 +42,52 @@ log = logging.getLogger("streamling.bundle.driver")
 
 
 def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict[str, str],
-             log_path: Path | None = None) -> int:
-    from streamling.bundle.deploy import task_parameters
+             log_path: Path | None = None, context: RunContext | None = None) -> int:
     from streamling.bundle.workspace import Workspace
 
     ws = Workspace(str(root))
     deployment = _deployment(ws, root, version)
     job = deployment["jobs"][job_key]
     task = next(t for t in job["tasks"] if t["task_key"] == task_key)
-    values = task_parameters(job, task, params)
+    values = _parameters(job, task, params, context)
     os.environ["STREAMLING_JOB_PARAMETERS"] = json.dumps(values)
     files = Path(deployment["file_path"])
     if task["kind"] == "notebook":
-        return _notebook_task(ws, version, job_key, task_key, params, log_path)
+        return _notebook_task(ws, version, job_key, task_key, params, log_path, context)
     # A plain CLI task gets the target's settings as STREAMLING__ variables (the same layer users
     # have), with checkpoints under the target root rather than next to wherever it runs.
     from streamling.config import env_variables
 
     os.environ.update(env_variables({"state_dir": deployment["state_dir"], **(deployment.get("config") or {})}))
+    arguments = [_resolved(a, job, params, context) for a in task["parameters"]]
     if task["kind"] == "spark_python":
         script = files / task["python_file"]
         os.chdir(script.parent)
-        os.execv(sys.executable, [sys.executable, str(script), *task["parameters"]])
+        os.execv(sys.executable, [sys.executable, str(script), *arguments])
     from streamling.cli import main
 
     os.chdir(files)
-    return main(list(task["parameters"]))
+    return main(arguments)
+
+
+def _job_parameters(job: dict[str, Any], params: dict[str, str]) -> dict[str, str]:
+    """The run's job parameters: the job's defaults, then the run's values."""
+    return {**{k: str(v) for k, v in (job.get("parameters") or {}).items()},
+            **{k: v for k, v in params.items() if k in (job.get("parameters") or {})}}
+
+
+def _resolved(text: str, job: dict[str, Any], params: dict[str, str], context: RunContext | None) -> str:
+    """``text`` with Databricks' dynamic value references filled in for this attempt."""
+    from streamling.bundle.references import resolve
+
+    return resolve(text, context, _job_parameters(job, params)) if context is not None else text
+
+
+def _parameters(job: dict[str, Any], task: dict[str, Any], params: dict[str, str],
+                context: RunContext | None) -> dict[str, str]:
+    from streamling.bundle.deploy import task_parameters
+
+    return {k: _resolved(v, job, params, context) for k, v in task_parameters(job, task, params).items()}
 
 
 def _deployment(ws: Any, root: Path, version: int) -> dict[str, Any]:
@@ -90,9 +111,9 @@ class _Definition:
     notebook: str
 
 
-def _definition(ws: Any, version: int, job_key: str, task_key: str, params: dict[str, str]) -> _Definition:
+def _definition(ws: Any, version: int, job_key: str, task_key: str, params: dict[str, str],
+                context: RunContext | None = None) -> _Definition:
     from streamling.bundle.compile import compile_notebook
-    from streamling.bundle.deploy import task_parameters
     from streamling.config import deep_merge, load_settings
     from streamling.spec import parse_pipeline
 
@@ -102,7 +123,7 @@ def _definition(ws: Any, version: int, job_key: str, task_key: str, params: dict
     if task is None or task["kind"] != "notebook":
         raise StreamlingError(f"deployment {version} has no notebook task '{task_key}' in job '{job_key}'",
                               code="bundle_task_missing", hint="deploy the job with this task again")
-    values = task_parameters(job, task, params)
+    values = _parameters(job, task, params, context)
     snapshot = ws.deployment_dir(version) / task["notebook_snapshot"]
     compiled = compile_notebook(snapshot, values)
     # Relative paths in the notebook resolve in its folder of the synced files, as on Databricks.
@@ -123,19 +144,19 @@ def _definition(ws: Any, version: int, job_key: str, task_key: str, params: dict
 
 
 def _notebook_task(ws: Any, version: int, job_key: str, task_key: str, params: dict[str, str],
-                   log_path: Path | None) -> int:
+                   log_path: Path | None, context: RunContext | None = None) -> int:
     from streamling.cli import execute
     from streamling.plugins.discovery import load_plugins
     from streamling.plugins.host import check_configured_plugins
 
-    first = _definition(ws, version, job_key, task_key, params)
+    first = _definition(ws, version, job_key, task_key, params, context)
     os.chdir(first.cwd)
     # As the CLI does: the target's plugin.path (a change to it needs a new driver, see handover)
     load_plugins(first.settings.plugin.path)
     check_configured_plugins(first.settings)
     log.info("job task '%s': notebook %s, deployment %s, parameters %s, master %s", task_key, first.notebook,
              version, json.dumps(first.values), first.settings.spark.master)
-    redeploys = Redeploys(ws, job_key, task_key, params, first, log_path) if log_path is not None else None
+    redeploys = Redeploys(ws, job_key, task_key, params, first, log_path, context) if log_path is not None else None
     return execute(first.spec, first.settings, stop_after_secs=first.seconds, successor=redeploys)
 
 
@@ -152,8 +173,8 @@ class Redeploys:
     POLL_SECS = 0.2
 
     def __init__(self, ws: Any, job_key: str, task_key: str, params: dict[str, str], first: _Definition,
-                 log_path: Path) -> None:
-        self.ws, self.job_key, self.task_key, self.params = ws, job_key, task_key, params
+                 log_path: Path, context: RunContext | None = None) -> None:
+        self.ws, self.job_key, self.task_key, self.params, self.context = ws, job_key, task_key, params, context
         self.request_path = handover.request_file(log_path)
         self.status_path = handover.status_file(log_path)
         self.running = first
@@ -217,7 +238,7 @@ class Redeploys:
         log.info("job task '%s': deployment %d changes this task; checking it in this driver's Spark session while "
                  "deployment %d keeps running", self.task_key, version, old)
         try:
-            nxt = _definition(self.ws, version, self.job_key, self.task_key, self.params)
+            nxt = _definition(self.ws, version, self.job_key, self.task_key, self.params, self.context)
             changes = self._source_changes(old, version)
             if changes:
                 raise StreamlingError(
@@ -352,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--params", default="{}")
     p.add_argument("--exit-file")
     p.add_argument("--attempt", type=int, help="the attempt's id in the run store (heartbeat and fencing)")
+    p.add_argument("--context", help="the attempt's run context as JSON (fills in {{job.run_id}} and the like)")
     args = p.parse_args(argv)
     from streamling.cli import STATS_FILE_ENV, setup_logging
     from streamling.util import free_port
@@ -371,7 +393,9 @@ def main(argv: list[str] | None = None) -> int:
             if Workspace(args.root).store_settings().store != "sqlite":
                 Fence(Path(args.root), args.attempt, Path(args.exit_file) if args.exit_file else None)
         log_path = Path(args.exit_file.removesuffix(".exit")) if args.exit_file else None
-        code = run_task(Path(args.root), args.deployment, args.job, args.task, json.loads(args.params), log_path)
+        context = RunContext(**json.loads(args.context)) if args.context else None
+        code = run_task(Path(args.root), args.deployment, args.job, args.task, json.loads(args.params), log_path,
+                        context)
     except StreamlingError as exc:
         log.error("%s", exc.describe())
         code = 1 if exc.user else 2

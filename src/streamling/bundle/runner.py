@@ -439,9 +439,19 @@ class Runner:
         log_path = self.ws.logs / f"run-{run_id}" / f"{task_key}-{number}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         attempt_id = self.store.start_attempt(run_id, task_key, number, self.version, str(log_path), self.host)
+        run = self.store.run(run_id)
+        job = (self.deployment or {}).get("jobs", {}).get(job_key) or {}
+        task_record: dict[str, Any] = next((t for t in job.get("tasks") or [] if t.get("task_key") == task_key), {})
+        # what Databricks' dynamic value references ({{job.run_id}}, {{task.execution_count}}…) read
+        context = {"job_key": job_key, "job_name": str(job.get("name") or job_key), "run_id": run_id,
+                   "task_key": task_key, "attempt_id": attempt_id, "attempt": number,
+                   "start_time": (run.started_at or run.created_at) if run else time.time(),
+                   "trigger": run.trigger if run else "manual",
+                   "notebook_path": str(task_record.get("notebook_path") or ""), "workspace": str(self.ws.root)}
         cmd = [sys.executable, "-m", "streamling.bundle.driver", "--root", str(self.ws.root),
                "--deployment", str(self.version), "--job", job_key, "--task", task_key,
-               "--params", json.dumps(params), "--exit-file", f"{log_path}.exit", "--attempt", str(attempt_id)]
+               "--params", json.dumps(params), "--exit-file", f"{log_path}.exit", "--attempt", str(attempt_id),
+               "--context", json.dumps(context)]
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=str(self.ws.root))
