@@ -70,9 +70,13 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
     """))
     (root / "jobs" / "record.py").write_text(textwrap.dedent("""
         import json, os, sys, time
+        from streamling.notebook.dbutils import dbutils
+        t = time.time()
         with open(sys.argv[1], "a") as out:
-            out.write(json.dumps({"t": time.time(), "params": json.loads(os.environ["STREAMLING_JOB_PARAMETERS"]),
-                                  "args": sys.argv[2:]}) + "\\n")
+            out.write(json.dumps({"t": t, "params": json.loads(os.environ["STREAMLING_JOB_PARAMETERS"]),
+                                  "args": sys.argv[2:],
+                                  "upstream": dbutils.jobs.taskValues.get("first", "t", default=None)}) + "\\n")
+        dbutils.jobs.taskValues.set("t", t)
         time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].replace(".", "", 1).isdigit() else 0)
     """))
     out = tmp_path / "out"
@@ -101,7 +105,7 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
                     python_file: ./jobs/record.py
                     parameters: ["{out / 'chain.jsonl'}", "run={{{{job.run_id}}}}", "who={{{{job.parameters.who}}}}",
                                  "task={{{{task.name}}}}#{{{{task.execution_count}}}}",
-                                 "day={{{{job.start_time.iso_date}}}}"]
+                                 "day={{{{job.start_time.iso_date}}}}", "first={{{{tasks.first.values.t}}}}"]
                 - task_key: first
                   spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'chain.jsonl'}"]}}
             slow:
@@ -155,7 +159,10 @@ def test_retries_dependencies_parameters_concurrency_timeouts_and_notifications(
     # Databricks' dynamic value references in a task's parameters, filled in when it starts
     [chain_run] = runs(project, "chain")
     day = datetime.datetime.fromtimestamp(chain_run["started_at"], datetime.UTC).date().isoformat()
-    assert lines[1]["args"] == [f"run={chain_run['run_id']}", "who=run-time", "task=second#1", f"day={day}"]
+    assert lines[1]["args"] == [f"run={chain_run['run_id']}", "who=run-time", "task=second#1", f"day={day}",
+                                f"first={json.dumps(lines[0]['t'])}"]
+    # the value the first task set reaches the second through dbutils.jobs.taskValues too
+    assert lines[0]["upstream"] is None and lines[1]["upstream"] == lines[0]["t"]
 
     # max_concurrent_runs: 1 — the second run waits until the first ended.
     first = bundle(project, "run", "slow", "--no-wait")

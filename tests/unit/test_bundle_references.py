@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import pytest
 
 from streamling.bundle.model import load_bundle
 from streamling.bundle.references import RunContext, check, resolve
-from streamling.errors import ValidationError
+from streamling.errors import StreamlingError, ValidationError
+from streamling.notebook.dbutils import TASK_VALUES_ENV, TASK_VALUES_FILE_ENV, TaskValues
 
 CONTEXT = RunContext(job_key="daily", job_name="[dev alice] daily", run_id=42, task_key="load", attempt_id=77,
                      attempt=2, start_time=dt.datetime(2026, 11, 27, 8, 5, 9, tzinfo=dt.UTC).timestamp(),
@@ -26,6 +28,35 @@ def test_references_are_filled_in_from_the_run() -> None:
     assert check(text, ["region", "day-of-run"]) == []
 
 
+def test_an_upstream_tasks_value_is_filled_in_and_a_missing_one_fails_the_task() -> None:
+    context = RunContext(**{**CONTEXT.__dict__, "task_values": {"extract": {"rows": 3, "day": "friday",
+                                                                             "meta": {"a": [1]}}}})
+    assert resolve("{{tasks.extract.values.rows}} {{tasks.extract.values.day}} {{tasks.extract.values.meta}}",
+                   context, {}) == '3 friday {"a": [1]}'
+    with pytest.raises(StreamlingError, match="task 'extract' set no value 'nope' in this run"):
+        resolve("{{tasks.extract.values.nope}}", context, {})
+
+
+def test_task_values_in_a_job_and_outside_one(tmp_path: Path) -> None:
+    out = tmp_path / "load.log.values.json"
+    job = TaskValues({TASK_VALUES_ENV: '{"extract": {"rows": 3}}', TASK_VALUES_FILE_ENV: str(out)})
+    job.set("loaded", {"rows": 3, "tables": ["a"]})
+    job.set("note", "done")
+    assert json.loads(out.read_text()) == {"loaded": {"rows": 3, "tables": ["a"]}, "note": "done"}
+    assert job.get("extract", "rows") == 3 and job.get("extract", "nope", default=0) == 0
+    with pytest.raises(ValueError, match="task 'extract' set no task value 'nope'"):
+        job.get("extract", "nope")
+    with pytest.raises(TypeError, match="JSON-serializable"):
+        job.set("bad", object())
+    with pytest.raises(ValueError, match="the limit is 48 KiB"):
+        job.set("big", "x" * 50_000)
+    outside = TaskValues({})
+    outside.set("ignored", 1)  # no job: nothing to hand it to, as on Databricks
+    assert outside.get("extract", "rows", debugValue=7) == 7
+    with pytest.raises(TypeError, match="outside a job: give debugValue="):
+        outside.get("extract", "rows", default=1)
+
+
 def test_a_reference_that_cannot_be_filled_in_is_named_before_anything_runs() -> None:
     assert check("{{job.run}}", []) == [
         "unknown reference '{{job.run}}' (did you mean 'job.run_id'?); valid: {{job.id}}, {{job.name}}, "
@@ -35,9 +66,13 @@ def test_a_reference_that_cannot_be_filled_in_is_named_before_anything_runs() ->
     assert check("{{job.parameters.regoin}}", ["region"]) == [
         "'{{job.parameters.regoin}}' names job parameter 'regoin', which the job does not declare "
         "(did you mean 'region'?)"]
-    assert check("{{tasks.load.values.rows}}", []) == [
-        "'{{tasks.load.values.rows}}': references to other tasks' results and values are not filled in by this "
-        "runner yet"]
+    assert check("{{tasks.load.values.rows}}", [], upstream=["extract", "load"]) == []
+    assert check("{{tasks.laod.values.rows}}", [], upstream=["load"]) == [
+        "'{{tasks.laod.values.rows}}' reads a value of task 'laod', which this task does not depend on "
+        "(did you mean 'load'?)"]
+    assert check("{{tasks.load.run_id}}", [], upstream=["load"]) == [
+        "'{{tasks.load.run_id}}': of other tasks, only their values ({{tasks.<task>.values.<key>}}) are filled in "
+        "here"]
     assert check("no references, {single} braces", []) == []
 
 

@@ -44,11 +44,17 @@ log = logging.getLogger("streamling.bundle.driver")
 def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict[str, str],
              log_path: Path | None = None, context: RunContext | None = None) -> int:
     from streamling.bundle.workspace import Workspace
+    from streamling.notebook.dbutils import TASK_VALUES_ENV, TASK_VALUES_FILE_ENV, values_file
 
     ws = Workspace(str(root))
     deployment = _deployment(ws, root, version)
     job = deployment["jobs"][job_key]
     task = next(t for t in job["tasks"] if t["task_key"] == task_key)
+    # dbutils.jobs.taskValues in the task's code: what upstream tasks set, and where to put its own
+    os.environ[TASK_VALUES_ENV] = json.dumps(context.task_values if context is not None else {})
+    if log_path is not None:
+        values_file(log_path).unlink(missing_ok=True)
+        os.environ[TASK_VALUES_FILE_ENV] = str(values_file(log_path))
     values = _parameters(job, task, params, context)
     os.environ["STREAMLING_JOB_PARAMETERS"] = json.dumps(values)
     files = Path(deployment["file_path"])

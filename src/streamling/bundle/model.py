@@ -944,7 +944,7 @@ class _Builder:
                 self.add(f"{where}.name", f"job parameter '{pname}' is declared twice", hint="remove one of them")
             elif pname is not None and default is not None:
                 parameters[pname] = default
-        self.references(path, raw_tasks, body.get("parameters"), parameters)
+        self.references(path, raw_tasks, body.get("parameters"), parameters, tasks)
         schedule = None
         if isinstance(body.get("schedule"), dict):
             schedule = self.schedule(body["schedule"], f"{path}.schedule")
@@ -1025,25 +1025,39 @@ class _Builder:
                     self.add(where, "a webhook entry must be {url: https://…}")
         return out
 
-    def references(self, path: str, raw_tasks: Any, raw_parameters: Any, parameters: dict[str, str]) -> None:
+    def references(self, path: str, raw_tasks: Any, raw_parameters: Any, parameters: dict[str, str],
+                   tasks: list[Task]) -> None:
         """Dynamic value references (``{{job.run_id}}``…) in parameters: each must be one the runner
         fills in (see ``references``)."""
         from streamling.bundle.references import check
 
-        places: list[tuple[str, Any]] = [(f"{path}.parameters.{i}.default", _dict(item).get("default"))
-                                         for i, item in enumerate(_list(raw_parameters))]
+        deps = {t.key: t.depends_on for t in tasks}
+
+        def upstream(key: str) -> set[str]:
+            seen: set[str] = set()
+            todo = list(deps.get(key, []))
+            while todo:
+                dep = todo.pop()
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.extend(deps.get(dep, []))
+            return seen
+
+        places: list[tuple[str, Any, set[str]]] = [(f"{path}.parameters.{i}.default", _dict(item).get("default"), set())
+                                                   for i, item in enumerate(_list(raw_parameters))]
         for i, item in enumerate(_list(raw_tasks)):
+            before = upstream(str(_dict(item).get("task_key")))
             for kind in PAYLOADS:
                 spec = _dict(_dict(item).get(kind))
-                places += [(f"{path}.tasks.{i}.{kind}.base_parameters.{k}", v)
+                places += [(f"{path}.tasks.{i}.{kind}.base_parameters.{k}", v, before)
                            for k, v in _dict(spec.get("base_parameters")).items()]
-                places += [(f"{path}.tasks.{i}.{kind}.parameters.{j}", v)
+                places += [(f"{path}.tasks.{i}.{kind}.parameters.{j}", v, before)
                            for j, v in enumerate(_list(spec.get("parameters")))]
-                places += [(f"{path}.tasks.{i}.{kind}.named_parameters.{k}", v)
+                places += [(f"{path}.tasks.{i}.{kind}.named_parameters.{k}", v, before)
                            for k, v in _dict(spec.get("named_parameters")).items()]
-        for where, value in places:
+        for where, value, before in places:
             if isinstance(value, str):
-                for problem in check(value, parameters):
+                for problem in check(value, parameters, sorted(before)):
                     self.add(where, problem, code="bundle_unknown_reference",
                              hint="Databricks' dynamic value references: {{job.run_id}}, {{job.parameters.<name>}}, "
                                   "{{task.name}}, {{job.start_time.iso_date}}, …")

@@ -10,19 +10,24 @@ does: ``{{job.id}}``, ``{{job.name}}``, ``{{job.run_id}}``, ``{{job.repair_count
 ``{{workspace.url}}`` and the deprecated ``{{job_id}}``, ``{{run_id}}``, ``{{parent_run_id}}``,
 ``{{task_key}}``, ``{{task_retry_count}}``, ``{{start_date}}``, ``{{start_time}}``.
 
-``check`` finds what cannot be filled in before anything runs: an unknown reference (naming the
-valid ones), a job parameter the job does not declare, and the references to other tasks' results
-and values (``{{tasks.<task>.…}}``), which this runner does not record yet — a validation error,
-never a parameter left unreplaced or silently empty.
+``{{tasks.<task>.values.<key>}}`` is what an upstream task set with ``dbutils.jobs.taskValues.set``
+(a string as it is, anything else as JSON); a value the task did not set fails the task that reads
+it. ``check`` finds what cannot be filled in before anything runs: an unknown reference (naming the
+valid ones), a job parameter the job does not declare, a value of a task this one does not depend
+on, and other tasks' results (``{{tasks.<task>.run_id}}``…), which this runner does not record —
+a validation error, never a parameter left unreplaced or silently empty.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from streamling.errors import StreamlingError
 from streamling.util import did_you_mean
 
 REFERENCE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
@@ -34,6 +39,7 @@ _NAMES = ("job.id", "job.name", "job.run_id", "job.repair_count", "job.trigger.t
           # deprecated forms Databricks still fills in
           "job_id", "run_id", "parent_run_id", "task_key", "task_retry_count", "start_date", "start_time")
 _PARAMETER = re.compile(r"job\.parameters\.(?:\[(?P<quoted>[^\]]+)\]|(?P<plain>[A-Za-z0-9_.\-]+))$")
+_TASK_VALUE = re.compile(r"tasks\.(?P<task>[^.]+)\.values\.(?P<key>.+)$")
 
 
 @dataclass(frozen=True)
@@ -50,11 +56,14 @@ class RunContext:
     trigger: str  #: manual | schedule | periodic | continuous | …
     notebook_path: str = ""
     workspace: str = ""  #: the bundle root
+    #: what the run's finished tasks set with ``dbutils.jobs.taskValues.set``: task → key → value
+    task_values: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def check(text: str, job_parameters: Iterable[str]) -> list[str]:
-    """The problems of the references in ``text`` (empty: every one can be filled in)."""
-    declared = list(job_parameters)
+def check(text: str, job_parameters: Iterable[str], upstream: Iterable[str] = ()) -> list[str]:
+    """The problems of the references in ``text`` (empty: every one can be filled in). ``upstream``:
+    the tasks the task depends on, directly or not (whose values it may read)."""
+    declared, before = list(job_parameters), list(upstream)
     problems = []
     for match in REFERENCE.finditer(text):
         name = match.group(1)
@@ -67,9 +76,15 @@ def check(text: str, job_parameters: Iterable[str]) -> list[str]:
                 problems.append(f"'{{{{{name}}}}}' names job parameter '{wanted}', which the job does not declare"
                                 f"{did_you_mean(wanted, declared)}")
             continue
+        value = _TASK_VALUE.match(name)
+        if value is not None:
+            if value.group("task") not in before:
+                problems.append(f"'{{{{{name}}}}}' reads a value of task '{value.group('task')}', which this task "
+                                f"does not depend on{did_you_mean(value.group('task'), before)}")
+            continue
         if name.startswith("tasks."):
-            problems.append(f"'{{{{{name}}}}}': references to other tasks' results and values are not filled in "
-                            "by this runner yet")
+            problems.append(f"'{{{{{name}}}}}': of other tasks, only their values ({{{{tasks.<task>.values.<key>}}}}) "
+                            "are filled in here")
             continue
         problems.append(f"unknown reference '{{{{{name}}}}}'{did_you_mean(name, list(_NAMES), cutoff=0.7)}; "
                         f"valid: {', '.join('{{' + n + '}}' for n in _NAMES[:11])}, {{{{job.start_time.<part>}}}}, "
@@ -103,6 +118,16 @@ def resolve(text: str, context: RunContext, job_parameters: Mapping[str, str]) -
         param = _PARAMETER.match(name)
         if param is not None:
             return str(job_parameters.get(param.group("quoted") or param.group("plain") or "", ""))
+        task_value = _TASK_VALUE.match(name)
+        if task_value is not None:
+            got = context.task_values.get(task_value.group("task"), {})
+            if task_value.group("key") not in got:
+                raise StreamlingError(f"task parameter reference '{{{{{name}}}}}': task '{task_value.group('task')}' "
+                                      f"set no value '{task_value.group('key')}' in this run",
+                                      code="task_value_missing",
+                                      hint="set it there with dbutils.jobs.taskValues.set(key, value)")
+            item = got[task_value.group("key")]
+            return item if isinstance(item, str) else json.dumps(item)
         return values.get(name, match.group(0))
 
     return REFERENCE.sub(fill, text)

@@ -447,7 +447,8 @@ class Runner:
                    "task_key": task_key, "attempt_id": attempt_id, "attempt": number,
                    "start_time": (run.started_at or run.created_at) if run else time.time(),
                    "trigger": run.trigger if run else "manual",
-                   "notebook_path": str(task_record.get("notebook_path") or ""), "workspace": str(self.ws.root)}
+                   "notebook_path": str(task_record.get("notebook_path") or ""), "workspace": str(self.ws.root),
+                   "task_values": self.store.task_values(run_id)}
         cmd = [sys.executable, "-m", "streamling.bundle.driver", "--root", str(self.ws.root),
                "--deployment", str(self.version), "--job", job_key, "--task", task_key,
                "--params", json.dumps(params), "--exit-file", f"{log_path}.exit", "--attempt", str(attempt_id),
@@ -533,6 +534,9 @@ class Runner:
             self.store.set_run(run_id, message=message)  # replaces what an earlier swap attempt said
             return
         if state == "succeeded":
+            values = _task_values(attempt.log_path)
+            if values:
+                self.store.set_task_values(run_id, key, values)
             self.store.set_task(run_id, key, state="succeeded", ended_at=now, message=message)
             return
         if state == "cancelled" or why == "job_timeout":
@@ -661,6 +665,21 @@ class Runner:
             if status == "failed":
                 log.warning("run %d: %s webhook to %s failed: %s", run_id, event, safe, detail)
             self.store.notification(run_id, event, "webhook", safe, status, detail)
+
+
+def _task_values(log_path: Path) -> dict[str, Any]:
+    """What the attempt set with ``dbutils.jobs.taskValues.set`` (its driver's values file)."""
+    from streamling.notebook.dbutils import values_file
+
+    path = values_file(log_path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("the task values in %s cannot be read (%s): downstream references to them fail", path, exc)
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _unpaused(section: Any) -> bool:

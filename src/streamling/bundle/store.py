@@ -108,6 +108,13 @@ CREATE TABLE IF NOT EXISTS notifications (
   detail TEXT,
   created_at {real} NOT NULL
 );
+CREATE TABLE IF NOT EXISTS task_values (
+  run_id INTEGER NOT NULL,
+  task_key TEXT NOT NULL,
+  name TEXT NOT NULL,
+  value TEXT NOT NULL,             -- JSON, as dbutils.jobs.taskValues.set got it
+  PRIMARY KEY (run_id, task_key, name)
+);
 CREATE TABLE IF NOT EXISTS runner_lease (
   id INTEGER PRIMARY KEY,          -- one row: 1
   holder TEXT NOT NULL,            -- host:pid:start of the runner holding it ('' when free)
@@ -361,6 +368,21 @@ class Store(ABC):
         with self.tx() as c:
             c.execute("INSERT INTO notifications (run_id, event, channel, target, status, detail, created_at) "
                       "VALUES (?,?,?,?,?,?,?)", (run_id, event, channel, target, status, detail, time.time()))
+
+    def set_task_values(self, run_id: int, task_key: str, values: dict[str, Any]) -> None:
+        """What a succeeded attempt set (``dbutils.jobs.taskValues``); replaces an earlier attempt's."""
+        with self.tx() as c:
+            c.execute("DELETE FROM task_values WHERE run_id=? AND task_key=?", (run_id, task_key))
+            for name, value in values.items():
+                c.execute("INSERT INTO task_values (run_id, task_key, name, value) VALUES (?,?,?,?)",
+                          (run_id, task_key, name, json.dumps(value)))
+
+    def task_values(self, run_id: int) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for row in self.query("SELECT task_key, name, value FROM task_values WHERE run_id=? ORDER BY task_key, name",
+                              (run_id,)):
+            out.setdefault(row["task_key"], {})[row["name"]] = json.loads(row["value"])
+        return out
 
     def notifications(self, run_id: int | None = None) -> list[Row]:
         if run_id is None:

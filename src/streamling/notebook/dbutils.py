@@ -1,4 +1,5 @@
-"""A local ``dbutils`` with Databricks' ``dbutils.widgets``: notebook parameters that jobs override.
+"""A local ``dbutils`` with Databricks' ``dbutils.widgets`` (notebook parameters that jobs override)
+and ``dbutils.jobs.taskValues`` (values a job's task hands to the tasks after it, ``TaskValues``).
 
 A notebook declares its parameters the Databricks way::
 
@@ -25,11 +26,24 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from streamling.errors import StreamlingError
 
 PARAMETERS_ENV = "STREAMLING_JOB_PARAMETERS"
+#: in a job task: what the run's upstream tasks set (JSON: task → key → value)
+TASK_VALUES_ENV = "STREAMLING_TASK_VALUES"
+#: in a job task: the file its own values go to (the runner stores them when the task succeeds)
+TASK_VALUES_FILE_ENV = "STREAMLING_TASK_VALUES_FILE"
+#: Databricks' limit on one task value, as JSON
+MAX_TASK_VALUE_BYTES = 48 * 1024
+_UNSET: Any = object()
+
+
+def values_file(log_path: Path | str) -> Path:
+    """Where a task attempt (logging to ``log_path``) leaves the values it set."""
+    return Path(f"{log_path}.values.json")
 
 
 class InputWidgetNotDefined(LookupError):
@@ -195,14 +209,73 @@ class Widgets:
         return f"<streamling widgets: {', '.join(self._widgets) or 'none declared'}>"
 
 
+class TaskValues:
+    """``dbutils.jobs.taskValues``: small JSON values a job's task hands to the tasks after it.
+
+    In a job task (the runner sets ``STREAMLING_TASK_VALUES`` and ``…_FILE``) ``set`` records a
+    value the runner keeps once the task succeeds, and ``get`` reads what an upstream task set (or
+    ``default``; with neither, a ``ValueError``), as do ``{{tasks.<task>.values.<key>}}`` references
+    in task parameters. Outside a job, as on Databricks, ``set`` does nothing and ``get`` returns
+    ``debugValue`` (a ``TypeError`` without one)."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ = environ
+
+    def _env(self) -> Mapping[str, str]:
+        return os.environ if self._environ is None else self._environ
+
+    def set(self, key: str, value: Any) -> None:
+        key = _text(key, "the task value key")
+        try:
+            text = json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"task value '{key}' must be JSON-serializable: {exc}") from None
+        if len(text.encode()) > MAX_TASK_VALUE_BYTES:
+            raise ValueError(f"task value '{key}' is {len(text.encode()):,} bytes as JSON; the limit is 48 KiB")
+        target = self._env().get(TASK_VALUES_FILE_ENV)
+        if not target:
+            return  # not in a job: nothing downstream to hand it to
+        path = Path(target)
+        current = json.loads(path.read_text()) if path.exists() else {}
+        current[key] = value
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(current))
+        tmp.replace(path)
+
+    def get(self, taskKey: str, key: str, default: Any = _UNSET, debugValue: Any = _UNSET) -> Any:  # noqa: N803
+        raw = self._env().get(TASK_VALUES_ENV)
+        if raw is None:
+            if debugValue is _UNSET:
+                raise TypeError(f"dbutils.jobs.taskValues.get('{taskKey}', '{key}') runs outside a job: give "
+                                "debugValue= for what it returns there")
+            return debugValue
+        values = json.loads(raw or "{}")
+        if key in (values.get(taskKey) or {}):
+            return values[taskKey][key]
+        if default is not _UNSET:
+            return default
+        raise ValueError(f"task '{taskKey}' set no task value '{key}' in this run (or it does not run before "
+                         "this task)")
+
+
+class Jobs:
+    """``dbutils.jobs``."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self.taskValues = TaskValues(environ)
+
+
 class DBUtils:
-    """The part of Databricks' ``dbutils`` a streamling notebook uses outside Databricks."""
+    """The part of Databricks' ``dbutils`` a streamling notebook or job task uses outside Databricks.
+
+    A Python file task gets it with ``from streamling.notebook.dbutils import dbutils``."""
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self.widgets = Widgets(environ)
+        self.jobs = Jobs(environ)
 
     def __repr__(self) -> str:
-        return "<streamling dbutils (widgets only): the local stand-in for Databricks' dbutils>"
+        return "<streamling dbutils (widgets, jobs.taskValues): the local stand-in for Databricks' dbutils>"
 
 
 #: The notebook's ``dbutils`` when the kernel has none (see ``load_ipython_extension``).

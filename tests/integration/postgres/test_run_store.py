@@ -49,6 +49,10 @@ def test_runs_tasks_and_requests_round_trip(store: Store) -> None:
     store.set_job_state("job", failures=2, not_before=1.5)
     state = store.job_state("job")
     assert state is not None and state["failures"] == 2 and state["not_before"] == 1.5
+    # a retried task's values replace its earlier attempt's
+    store.set_task_values(run_id, "a", {"rows": 1, "stale": True})
+    store.set_task_values(run_id, "a", {"rows": 3, "meta": {"tables": ["x"]}})
+    assert store.task_values(run_id) == {"a": {"meta": {"tables": ["x"]}, "rows": 3}}
 
 
 def test_the_lease_is_renewed_by_its_holder_and_passes_only_once_it_expired(store: Store) -> None:
