@@ -79,6 +79,11 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
         dbutils.jobs.taskValues.set("t", t)
         time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].replace(".", "", 1).isdigit() else 0)
     """))
+    (root / "jobs" / "count.py").write_text(textwrap.dedent("""
+        import sys
+        from streamling.notebook.dbutils import dbutils
+        dbutils.jobs.taskValues.set("rows", int(sys.argv[1]))
+    """))
     out = tmp_path / "out"
     out.mkdir()
     (root / "bundle.yml").write_text(textwrap.dedent(f"""
@@ -108,6 +113,24 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
                                  "day={{{{job.start_time.iso_date}}}}", "first={{{{tasks.first.values.t}}}}"]
                 - task_key: first
                   spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'chain.jsonl'}"]}}
+            branch:
+              parameters: [{{name: rows, default: "5"}}]
+              tasks:
+                - task_key: count
+                  spark_python_task: {{python_file: ./jobs/count.py, parameters: ["{{{{job.parameters.rows}}}}"]}}
+                - task_key: many
+                  depends_on: [{{task_key: count}}]
+                  condition_task: {{op: GREATER_THAN, left: "{{{{tasks.count.values.rows}}}}", right: 3}}
+                - task_key: on_many
+                  depends_on: [{{task_key: many, outcome: "true"}}]
+                  spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'branch.jsonl'}", "many"]}}
+                - task_key: on_few
+                  depends_on: [{{task_key: many, outcome: "false"}}]
+                  spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'branch.jsonl'}", "few"]}}
+                - task_key: cleanup
+                  depends_on: [{{task_key: on_many}}, {{task_key: on_few}}]
+                  run_if: ALL_DONE
+                  spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'branch.jsonl'}", "end"]}}
             slow:
               max_concurrent_runs: 1
               tasks:
@@ -163,6 +186,21 @@ def test_retries_dependencies_parameters_concurrency_timeouts_and_notifications(
                                 f"first={json.dumps(lines[0]['t'])}"]
     # the value the first task set reaches the second through dbutils.jobs.taskValues too
     assert lines[0]["upstream"] is None and lines[1]["upstream"] == lines[0]["t"]
+
+    # A condition task on a task value picks the branch; the other is excluded; ALL_DONE cleans up.
+    for rows in ("5", "1"):
+        branch = bundle(project, "run", "branch", "--param", f"rows={rows}")
+        assert branch.returncode == 0, branch.stdout + branch.stderr
+    steps = [json.loads(line)["args"][0] for line in (out / "branch.jsonl").read_text().splitlines()]
+    assert steps == ["many", "end", "few", "end"]
+    few, many = runs(project, "branch")  # newest first
+    assert {t["task_key"]: (t["state"], t["message"]) for t in many["tasks"]} == {
+        "count": ("succeeded", "finished"), "many": ("succeeded", "true"), "on_many": ("succeeded", "finished"),
+        "on_few": ("excluded", "excluded: its dependencies do not meet run_if ALL_SUCCESS"),
+        "cleanup": ("succeeded", "finished")}
+    assert many["state"] == few["state"] == "succeeded"
+    assert [t["state"] for t in few["tasks"] if t["task_key"] in ("many", "on_many", "on_few")] == [
+        "succeeded", "excluded", "succeeded"]
 
     # max_concurrent_runs: 1 — the second run waits until the first ended.
     first = bundle(project, "run", "slow", "--no-wait")

@@ -98,3 +98,72 @@ resources:
     assert heads[1].startswith("job 'daily': unknown reference '{{job.strat_time.iso_date}}' (did you mean "
                                "'job.start_time.iso_date'")
     assert len(heads) == 2
+
+
+def test_condition_outcomes_as_databricks_compares() -> None:
+    from streamling.bundle.references import compare
+
+    assert compare("EQUAL_TO", "eu", "eu") and compare("NOT_EQUAL", "1", "1.0")  # texts
+    assert compare("GREATER_THAN", "10", "9") and compare("LESS_THAN_OR_EQUAL", "2.5", "2.50")  # numbers
+    with pytest.raises(ValueError, match="GREATER_THAN compares numbers, and 'many' is not one"):
+        compare("GREATER_THAN", "many", "3")
+
+
+@pytest.mark.parametrize(("run_if", "deps", "expected"), [
+    ("ALL_SUCCESS", ["succeeded", "succeeded"], "run"),
+    ("ALL_SUCCESS", ["succeeded", "failed"], "upstream_failed"),
+    ("ALL_SUCCESS", ["succeeded", "excluded"], "excluded"),
+    ("ALL_SUCCESS", ["succeeded", "running"], "wait"),
+    ("AT_LEAST_ONE_SUCCESS", ["excluded", "succeeded"], "run"),
+    ("AT_LEAST_ONE_SUCCESS", ["excluded", "failed"], "upstream_failed"),
+    ("NONE_FAILED", ["excluded", "succeeded"], "run"),
+    ("NONE_FAILED", ["succeeded", "timed_out"], "upstream_failed"),
+    ("ALL_DONE", ["failed", "excluded"], "run"),
+    ("AT_LEAST_ONE_FAILED", ["succeeded", "failed"], "run"),
+    ("AT_LEAST_ONE_FAILED", ["succeeded", "succeeded"], "excluded"),
+    ("ALL_FAILED", ["failed", "upstream_failed"], "run"),
+    ("ALL_FAILED", ["failed", "succeeded"], "excluded"),
+])
+def test_run_if_decides_from_how_the_dependencies_ended(run_if: str, deps: list[str], expected: str) -> None:
+    from streamling.bundle.runner import _readiness
+
+    tasks = {f"d{i}": {"state": state, "message": "finished"} for i, state in enumerate(deps)}
+    assert _readiness({"depends_on": list(tasks), "run_if": run_if}, tasks) == expected
+
+
+def test_a_dependency_on_a_conditions_outcome_holds_only_when_it_came_out_that_way() -> None:
+    from streamling.bundle.runner import _readiness
+
+    tasks = {"check": {"state": "succeeded", "message": "false"}}
+    assert _readiness({"depends_on": ["check"], "outcomes": {"check": "false"}}, tasks) == "run"
+    assert _readiness({"depends_on": ["check"], "outcomes": {"check": "true"}}, tasks) == "excluded"
+
+
+def test_condition_tasks_and_run_if_are_checked_before_anything_runs(tmp_path: Path) -> None:
+    (tmp_path / "run.py").write_text("print('hi')\n")
+    (tmp_path / "bundle.yml").write_text("""\
+bundle: {name: conditions}
+resources:
+  jobs:
+    daily:
+      tasks:
+        - task_key: load
+          spark_python_task: {python_file: run.py}
+        - task_key: check
+          depends_on: [{task_key: load}]
+          condition_task: {op: GREATER, left: "1"}
+        - task_key: after
+          depends_on: [{task_key: load, outcome: "true"}, {task_key: check, outcome: "maybe"}]
+          run_if: ALL_DONES
+          spark_python_task: {python_file: run.py}
+""")
+    with pytest.raises(ValidationError) as info:
+        load_bundle(tmp_path, environ={}, user="alice")
+    heads = [p.headline().split(" [")[0] for p in info.value.problems]
+    assert heads == [
+        "task 'check': op is 'GREATER' (did you mean 'GREATER_THAN'?)",
+        "task 'check': a condition task needs 'right'",
+        "task 'after': outcome is 'maybe'; a condition task's outcome is \"true\" or \"false\"",
+        "job 'daily': depends on the outcome of 'load', which is not a condition task",
+        "task 'after': run_if is 'ALL_DONES' (did you mean 'ALL_DONE', 'ALL_SUCCESS'?)",
+    ]

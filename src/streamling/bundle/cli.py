@@ -334,6 +334,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         rows.append({"run_id": run.id, "job": run.job_key, "state": run.state, "trigger": run.trigger,
                      "deployment": run.deployment, "params": run.params, "created_at": run.created_at,
                      "started_at": run.started_at, "ended_at": run.ended_at, "message": run.message,
+                     "tasks": [{"task_key": t["task_key"], "state": t["state"], "message": t["message"]}
+                               for t in store.tasks(run.id)],
                      "attempts": attempts})
     if args.output == "json":
         _out(json.dumps(rows, indent=2, default=str))

@@ -74,6 +74,13 @@ class TaskBuild:
             "python_file": _rel(self.task.python_file, bundle.root), "package_name": self.task.package_name,
             "entry_point": self.task.entry_point, "notebook_path": _rel(self.task.notebook_path, bundle.root),
         }
+        # only when set: the fingerprints of tasks that use none stay as they were
+        if self.task.condition is not None:
+            out["condition"] = dict(self.task.condition)
+        if self.task.outcomes:
+            out["outcomes"] = dict(self.task.outcomes)
+        if self.task.run_if != "ALL_SUCCESS":
+            out["run_if"] = self.task.run_if
         if self.compiled is not None:
             out.update(application_id=self.application_id, config_name=self.compiled.config_name,
                        run=self.compiled.run, declared_parameters=self.compiled.parameters,

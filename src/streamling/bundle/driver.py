@@ -76,17 +76,11 @@ def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict
     return main(arguments)
 
 
-def _job_parameters(job: dict[str, Any], params: dict[str, str]) -> dict[str, str]:
-    """The run's job parameters: the job's defaults, then the run's values."""
-    return {**{k: str(v) for k, v in (job.get("parameters") or {}).items()},
-            **{k: v for k, v in params.items() if k in (job.get("parameters") or {})}}
-
-
 def _resolved(text: str, job: dict[str, Any], params: dict[str, str], context: RunContext | None) -> str:
     """``text`` with Databricks' dynamic value references filled in for this attempt."""
-    from streamling.bundle.references import resolve
+    from streamling.bundle.references import job_parameter_values, resolve
 
-    return resolve(text, context, _job_parameters(job, params)) if context is not None else text
+    return resolve(text, context, job_parameter_values(job, params)) if context is not None else text
 
 
 def _parameters(job: dict[str, Any], task: dict[str, Any], params: dict[str, str],

@@ -39,11 +39,15 @@ from streamling.util import did_you_mean
 
 BUNDLE_FILES = ("bundle.yml", "bundle.yaml", "databricks.yml", "databricks.yaml")
 NOTEBOOK_HEADER = "# Databricks notebook source"
-PAYLOADS = ("notebook_task", "spark_python_task", "python_wheel_task")
-UNSUPPORTED_PAYLOADS = ("pipeline_task", "sql_task", "run_job_task", "for_each_task", "condition_task", "dbt_task",
+PAYLOADS = ("notebook_task", "spark_python_task", "python_wheel_task", "condition_task")
+UNSUPPORTED_PAYLOADS = ("pipeline_task", "sql_task", "run_job_task", "for_each_task", "dbt_task",
                         "spark_jar_task", "spark_submit_task", "clean_rooms_notebook_task", "dashboard_task",
                         "power_bi_task", "gen_ai_compute_task", "alert_task")
 PauseStatus = Literal["PAUSED", "UNPAUSED"]
+#: Databricks' condition_task operators
+CONDITION_OPS = ("EQUAL_TO", "NOT_EQUAL", "GREATER_THAN", "GREATER_THAN_OR_EQUAL", "LESS_THAN", "LESS_THAN_OR_EQUAL")
+#: Databricks' run_if values: when a task runs, given how its dependencies ended
+RUN_IF = ("ALL_SUCCESS", "AT_LEAST_ONE_SUCCESS", "NONE_FAILED", "ALL_DONE", "AT_LEAST_ONE_FAILED", "ALL_FAILED")
 
 
 @dataclass
@@ -52,7 +56,7 @@ class Task:
 
     key: str
     depends_on: list[str]
-    kind: Literal["notebook", "spark_python", "python_wheel"]
+    kind: Literal["notebook", "spark_python", "python_wheel", "condition"]
     notebook_path: Path | None  #: absolute, resolved relative to the YAML file that declares it
     base_parameters: dict[str, str]
     python_file: Path | None  #: absolute, resolved relative to its YAML file
@@ -64,6 +68,11 @@ class Task:
     retry_on_timeout: bool = False
     timeout_seconds: int = 0  #: 0 = none
     source: str = ""  #: ``bundle.yml:23``, for messages
+    #: a condition task's {op, left, right} (evaluated by the runner, no process)
+    condition: dict[str, str] | None = None
+    #: dependency → the outcome ("true"/"false") of that condition task this task runs on
+    outcomes: dict[str, str] = field(default_factory=dict)
+    run_if: str = "ALL_SUCCESS"
 
 
 @dataclass
@@ -193,7 +202,7 @@ _WORKSPACE = _Map({"root_path": None, "file_path": None}, {
                              "azure_login_app_id", "azure_use_msi", "google_service_account", "metadata_service_url")})
 _TASK = _Map({
     "task_key": None,
-    "depends_on": _List(_Map({"task_key": None}, {"outcome": "condition tasks are not supported here"})),
+    "depends_on": _List(_Map({"task_key": None, "outcome": None})),
     "notebook_task": _Map({"notebook_path": None, "base_parameters": _Named(None)},
                           {"source": "notebooks are read from the bundle folder",
                            "warehouse_id": "notebooks run on Spark, not on a SQL warehouse"}),
@@ -201,10 +210,11 @@ _TASK = _Map({
                               {"source": "files are read from the bundle folder"}),
     "python_wheel_task": _Map({"package_name": None, "entry_point": None, "parameters": _List(None),
                                "named_parameters": _Named(None)}),
+    "condition_task": _Map({"op": None, "left": None, "right": None}), "run_if": None,
     "max_retries": None, "min_retry_interval_millis": None, "retry_on_timeout": None, "timeout_seconds": None,
 }, {
     "libraries": _LIBS, "environment_key": _LIBS, "job_cluster_key": _COMPUTE, "existing_cluster_id": _COMPUTE,
-    "new_cluster": _COMPUTE, "compute_key": _COMPUTE, "run_if": "a task runs when all its dependencies succeed",
+    "new_cluster": _COMPUTE, "compute_key": _COMPUTE,
     "description": "descriptions are not shown here", "email_notifications": "notifications are set per job here",
     "webhook_notifications": "notifications are set per job here", "notification_settings": _DATABRICKS,
     "health": _NOTIFY, "disable_auto_optimization": _DATABRICKS,
@@ -1055,6 +1065,7 @@ class _Builder:
                            for j, v in enumerate(_list(spec.get("parameters")))]
                 places += [(f"{path}.tasks.{i}.{kind}.named_parameters.{k}", v, before)
                            for k, v in _dict(spec.get("named_parameters")).items()]
+                places += [(f"{path}.tasks.{i}.{kind}.{side}", spec.get(side), before) for side in ("left", "right")]
         for where, value, before in places:
             if isinstance(value, str):
                 for problem in check(value, parameters, sorted(before)):
@@ -1079,13 +1090,29 @@ class _Builder:
             self.add(f"{path}.{given[1]}", f"has {len(given)} payloads ({', '.join(given)}); a task runs exactly one",
                      hint="split it into tasks ordered with depends_on")
         elif not given:
-            self.add(path, "has nothing to run", hint="give it a notebook_task, spark_python_task or python_wheel_task")
+            self.add(path, "has nothing to run",
+                     hint="give it a notebook_task, spark_python_task, python_wheel_task or condition_task")
         depends = [dep for i, item in enumerate(_list(body.get("depends_on")))
                    if (dep := self.str_(_dict(item), "task_key", f"{path}.depends_on.{i}", required=True))]
+        outcomes: dict[str, str] = {}
+        for i, item in enumerate(_list(body.get("depends_on"))):
+            outcome = _dict(item).get("outcome")
+            if outcome is None or not isinstance(_dict(item).get("task_key"), str):
+                continue
+            if str(outcome).lower() not in ("true", "false"):
+                self.add(f"{path}.depends_on.{i}.outcome", f"outcome is '{outcome}'; a condition task's outcome is "
+                         "\"true\" or \"false\"", hint='outcome: "true"')
+            else:
+                outcomes[str(_dict(item)["task_key"])] = str(outcome).lower()
+        run_if = str(body.get("run_if") or "ALL_SUCCESS")
+        if run_if not in RUN_IF:
+            self.add(f"{path}.run_if", f"run_if is '{run_if}'{did_you_mean(run_if, list(RUN_IF))}",
+                     hint=f"one of {', '.join(RUN_IF)}")
         kind = next((p for p in PAYLOADS if p in body), "notebook_task")
         where = f"{path}.{kind}"
         spec = _dict(body.get(kind))
         notebook = python_file = package = entry = None
+        condition: dict[str, str] | None = None
         parameters = [_text(p) for p in _list(spec.get("parameters"))]
         if kind == "notebook_task" and "notebook_task" in body:
             raw = self.str_(spec, "notebook_path", where, required=True)
@@ -1106,8 +1133,21 @@ class _Builder:
                          hint="keep one of them")
             elif named:  # Databricks passes them as --name=value
                 parameters = [f"--{k}={_text(v)}" for k, v in named.items()]
+        elif kind == "condition_task":
+            op = self.str_(spec, "op", where, required=True)
+            if op is not None and op not in CONDITION_OPS:
+                self.add(f"{where}.op", f"op is '{op}'{did_you_mean(op, list(CONDITION_OPS))}",
+                         hint=f"one of {', '.join(CONDITION_OPS)}")
+            missing = [side for side in ("left", "right") if spec.get(side) is None]
+            for side in missing:
+                self.add(f"{where}.{side}", f"a condition task needs '{side}'",
+                         hint="left and right are values or references such as {{tasks.t.values.rows}}")
+            if op in CONDITION_OPS and not missing:
+                condition = {"op": op, "left": _text(spec["left"]), "right": _text(spec["right"])}
         return Task(
-            key=key, depends_on=depends, kind=cast(Literal["notebook", "spark_python", "python_wheel"], kind[:-5]),
+            key=key, depends_on=depends,
+            kind=cast(Literal["notebook", "spark_python", "python_wheel", "condition"], kind[:-5]),
+            condition=condition, outcomes=outcomes, run_if=run_if,
             notebook_path=notebook, base_parameters=self.strings(spec, "base_parameters", where),
             python_file=python_file, package_name=package, entry_point=entry, parameters=parameters,
             max_retries=self.int_(body, "max_retries", path, 0, -1),
@@ -1173,6 +1213,12 @@ class _Builder:
                                  f"depends on '{dep}', which is not a task of job '{job}'{did_you_mean(dep, others)}",
                                  hint=f"tasks in this job: {', '.join(others) or 'none'}", node=task.key,
                                  node_kind="task")
+        conditions = {t.key for t in tasks if t.kind == "condition"}
+        for i, task in enumerate(tasks):
+            for dep in task.outcomes:
+                if dep in first and dep not in conditions:
+                    self.add(f"{path}.tasks.{i}.depends_on", f"depends on the outcome of '{dep}', which is not a "
+                             "condition task", hint="outcome only follows a condition_task; remove it")
         graph = {t.key: [d for d in t.depends_on if d in first] for t in tasks}
         state: dict[str, int] = {}
 

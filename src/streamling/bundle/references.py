@@ -131,3 +131,28 @@ def resolve(text: str, context: RunContext, job_parameters: Mapping[str, str]) -
         return values.get(name, match.group(0))
 
     return REFERENCE.sub(fill, text)
+
+
+def job_parameter_values(job: Mapping[str, Any], run_params: Mapping[str, str]) -> dict[str, str]:
+    """A run's job parameters (what ``{{job.parameters.x}}`` reads): the deployed job's defaults,
+    then the run's values for them."""
+    declared = job.get("parameters") or {}
+    return {**{k: str(v) for k, v in declared.items()}, **{k: v for k, v in run_params.items() if k in declared}}
+
+
+def compare(op: str, left: str, right: str) -> bool:
+    """A condition task's outcome, as Databricks evaluates it: ``EQUAL_TO``/``NOT_EQUAL`` compare the
+    texts, the others compare numbers (a value that is not one is a ``ValueError``)."""
+    if op == "EQUAL_TO":
+        return left == right
+    if op == "NOT_EQUAL":
+        return left != right
+    numbers = []
+    for side in (left, right):
+        try:
+            numbers.append(float(side))
+        except ValueError:
+            raise ValueError(f"{op} compares numbers, and '{side}' is not one") from None
+    a, b = numbers
+    return {"GREATER_THAN": a > b, "GREATER_THAN_OR_EQUAL": a >= b, "LESS_THAN": a < b,
+            "LESS_THAN_OR_EQUAL": a <= b}[op]

@@ -46,6 +46,7 @@ from streamling.bundle import handover
 from streamling.bundle.cron import QuartzSchedule
 from streamling.bundle.store import Store, StoreUnavailable
 from streamling.bundle.workspace import Workspace
+from streamling.errors import StreamlingError
 
 log = logging.getLogger("streamling.bundle.runner")
 
@@ -439,16 +440,7 @@ class Runner:
         log_path = self.ws.logs / f"run-{run_id}" / f"{task_key}-{number}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         attempt_id = self.store.start_attempt(run_id, task_key, number, self.version, str(log_path), self.host)
-        run = self.store.run(run_id)
-        job = (self.deployment or {}).get("jobs", {}).get(job_key) or {}
-        task_record: dict[str, Any] = next((t for t in job.get("tasks") or [] if t.get("task_key") == task_key), {})
-        # what Databricks' dynamic value references ({{job.run_id}}, {{task.execution_count}}…) read
-        context = {"job_key": job_key, "job_name": str(job.get("name") or job_key), "run_id": run_id,
-                   "task_key": task_key, "attempt_id": attempt_id, "attempt": number,
-                   "start_time": (run.started_at or run.created_at) if run else time.time(),
-                   "trigger": run.trigger if run else "manual",
-                   "notebook_path": str(task_record.get("notebook_path") or ""), "workspace": str(self.ws.root),
-                   "task_values": self.store.task_values(run_id)}
+        context = self._context(run_id, job_key, task_key, attempt_id, number)
         cmd = [sys.executable, "-m", "streamling.bundle.driver", "--root", str(self.ws.root),
                "--deployment", str(self.version), "--job", job_key, "--task", task_key,
                "--params", json.dumps(params), "--exit-file", f"{log_path}.exit", "--attempt", str(attempt_id),
@@ -509,6 +501,41 @@ class Runner:
         run = self.store.run(attempt.run_id)
         if run is not None and run.started_at and now - run.started_at > job_limit:
             self._stop_attempt(attempt, "job_timeout")
+
+    def _context(self, run_id: int, job_key: str, task_key: str, attempt_id: int, number: int) -> dict[str, Any]:
+        """What Databricks' dynamic value references ({{job.run_id}}, {{tasks.t.values.k}}…) read."""
+        run = self.store.run(run_id)
+        job = (self.deployment or {}).get("jobs", {}).get(job_key) or {}
+        task_record: dict[str, Any] = next((t for t in job.get("tasks") or [] if t.get("task_key") == task_key), {})
+        return {"job_key": job_key, "job_name": str(job.get("name") or job_key), "run_id": run_id,
+                "task_key": task_key, "attempt_id": attempt_id, "attempt": number,
+                "start_time": (run.started_at or run.created_at) if run else time.time(),
+                "trigger": run.trigger if run else "manual",
+                "notebook_path": str(task_record.get("notebook_path") or ""), "workspace": str(self.ws.root),
+                "task_values": self.store.task_values(run_id)}
+
+    def _evaluate(self, run_id: int, job_key: str, task_key: str, params: dict[str, str], now: float) -> None:
+        """A condition task: no process, the runner compares its two sides (references filled in)
+        and records the outcome, "true" or "false", which the tasks after it follow."""
+        from streamling.bundle.references import RunContext, compare, job_parameter_values, resolve
+
+        job = (self.deployment or {}).get("jobs", {}).get(job_key) or {}
+        record = next(t for t in job["tasks"] if t["task_key"] == task_key)
+        condition = record["condition"]
+        try:
+            context = RunContext(**self._context(run_id, job_key, task_key, 0, 1))
+            values = job_parameter_values(job, params)
+            left, right = (resolve(condition[side], context, values) for side in ("left", "right"))
+            outcome = compare(condition["op"], left, right)
+        except (ValueError, StreamlingError) as exc:
+            message = exc.headline() if isinstance(exc, StreamlingError) else str(exc)
+            self.store.set_task(run_id, task_key, state="failed", started_at=now, ended_at=now, message=message)
+            log.info("run %d condition task '%s' failed: %s", run_id, task_key, message)
+            return
+        self.store.set_task(run_id, task_key, state="succeeded", started_at=now, ended_at=now,
+                            message="true" if outcome else "false")
+        log.info("run %d condition task '%s': %r %s %r is %s", run_id, task_key, left, condition["op"], right,
+                 str(outcome).lower())
 
     def _attempt_ended(self, attempt: Attempt, code: int, now: float) -> None:
         run_id, key = attempt.run_id, attempt.task_key
@@ -588,13 +615,19 @@ class Runner:
         for key, task in tasks.items():
             if key in busy:
                 continue
-            deps = defs.get(key, {}).get("depends_on", [])
-            dep_states = [tasks[d]["state"] for d in deps if d in tasks]
             if task["state"] == "pending":
-                if any(s in ("failed", "cancelled", "timed_out", "upstream_failed") for s in dep_states):
+                decision = _readiness(defs.get(key, {}), tasks)
+                if decision == "upstream_failed":
                     self.store.set_task(run_id, key, state="upstream_failed", ended_at=now,
                                         message="a task it depends on did not succeed")
-                elif all(s == "succeeded" for s in dep_states):
+                elif decision == "excluded":
+                    self.store.set_task(run_id, key, state="excluded", ended_at=now,
+                                        message=f"excluded: its dependencies do not meet run_if "
+                                                f"{defs.get(key, {}).get('run_if') or 'ALL_SUCCESS'}")
+                elif decision == "run" and defs.get(key, {}).get("kind") == "condition":
+                    self._evaluate(run_id, job_key, key, params, now)
+                    return self._advance_tasks(run_id, job_key, job, params, now)  # its outcome gates others
+                elif decision == "run":
                     self._launch(run_id, job_key, key, params)
             elif task["state"] == "waiting_retry" and (task["retry_at"] or 0) <= now:
                 self._launch(run_id, job_key, key, params)
@@ -604,7 +637,7 @@ class Runner:
         states = [t["state"] for t in tasks.values()]
         if any(s in ("pending", "running", "waiting_retry") for s in states):
             return
-        if all(s == "succeeded" for s in states):
+        if all(s in ("succeeded", "excluded") for s in states):
             self._finish_run(run_id, "succeeded", "all tasks succeeded")
         elif any(s == "cancelled" for s in states):
             self._finish_run(run_id, "cancelled", "cancelled")
@@ -665,6 +698,37 @@ class Runner:
             if status == "failed":
                 log.warning("run %d: %s webhook to %s failed: %s", run_id, event, safe, detail)
             self.store.notification(run_id, event, "webhook", safe, status, detail)
+
+
+_DONE_FAILED = ("failed", "cancelled", "timed_out", "upstream_failed")
+
+
+def _readiness(record: dict[str, Any], tasks: dict[str, Any]) -> str:
+    """Whether a pending task runs now, given how its dependencies ended and its ``run_if``
+    (Databricks' rules): "wait", "run", "excluded" or "upstream_failed". A dependency on a condition
+    task's ``outcome`` counts as succeeded only when the condition came out that way."""
+    deps = [d for d in record.get("depends_on", []) if d in tasks]
+    if any(tasks[d]["state"] in ("pending", "running", "waiting_retry") for d in deps):
+        return "wait"
+    if not deps:
+        return "run"
+    outcomes = record.get("outcomes") or {}
+    ok = [tasks[d]["state"] == "succeeded" and (d not in outcomes or tasks[d]["message"] == outcomes[d]) for d in deps]
+    failed = [tasks[d]["state"] in _DONE_FAILED for d in deps]
+    rule = record.get("run_if") or "ALL_SUCCESS"
+    if rule == "ALL_DONE":
+        return "run"
+    if rule == "AT_LEAST_ONE_FAILED":
+        return "run" if any(failed) else "excluded"
+    if rule == "ALL_FAILED":
+        return "run" if all(failed) else "excluded"
+    if rule == "AT_LEAST_ONE_SUCCESS":
+        return "run" if any(ok) else "upstream_failed" if any(failed) else "excluded"
+    if any(failed):  # ALL_SUCCESS, NONE_FAILED
+        return "upstream_failed"
+    if rule == "NONE_FAILED":
+        return "run" if any(ok) else "excluded"
+    return "run" if all(ok) else "excluded"
 
 
 def _task_values(log_path: Path) -> dict[str, Any]:
