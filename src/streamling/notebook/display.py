@@ -614,19 +614,28 @@ class StreamingDisplay:
         """True once the query ended (a bounded source, ``stop``); a failed query fails the call and
         the view says why."""
         deadline = None if timeout_secs is None else time.monotonic() + timeout_secs
-        try:
-            # short waits: an interrupt (JupyterLab's Stop) lands between them, not inside py4j
-            while not self.query.awaitTermination(1):
-                if deadline is not None and time.monotonic() >= deadline:
-                    return False
-        except Exception as exc:
-            self.view.keep_beating(False)
-            self.view._set(status=f"failed: {java_message(exc)}")
-            raise StreamlingError(f"display: the streaming query failed: {java_message(exc)}",
-                                  hint="fix the query; df.explain() shows its plan") from exc
+        while self._active():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.25)  # an interrupt (JupyterLab's Stop) lands here, in Python, not inside py4j
+        failure = self.query.exception()
         self.view.keep_beating(False)
+        if failure is not None:
+            message = java_message(failure)
+            self.view._set(status=f"failed: {message}")
+            raise StreamlingError(f"display: the streaming query failed: {message}",
+                                  hint="fix the query; df.explain() shows its plan")
         self.view._set(status="stopped")
         return True
+
+    def _active(self) -> bool:
+        try:
+            return bool(self.query.isActive)
+        except Exception as exc:
+            # An interrupt inside a py4j call comes out as py4j's network error: it is the interrupt.
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                raise KeyboardInterrupt from None
+            raise
 
 
 def display_dataframe(df: Any, rows: int = FRAME_ROWS, *, stream_name: str | None = None,
