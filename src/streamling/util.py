@@ -8,6 +8,7 @@ import difflib
 import math
 import re
 import socket
+from pathlib import Path
 from typing import Any
 
 _UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "secs": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -35,6 +36,16 @@ def csv_list(value: Any) -> Any:
     if isinstance(value, str):
         return [v.strip() for v in value.split(",") if v.strip()]
     return value
+
+
+def process_alive(pid: int | str) -> bool:
+    """Whether process ``pid`` runs on this host (a zombie, a process that exited but was not reaped
+    yet, does not)."""
+    try:
+        state = Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError, ValueError):
+        return False
+    return state not in ("Z", "X")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -47,6 +47,7 @@ from streamling.bundle.cron import QuartzSchedule
 from streamling.bundle.store import Store, StoreUnavailable
 from streamling.bundle.workspace import Workspace
 from streamling.errors import StreamlingError
+from streamling.util import process_alive
 
 log = logging.getLogger("streamling.bundle.runner")
 
@@ -104,14 +105,6 @@ def _exit_file_code(log_path: Path) -> int | None:
         return int(Path(f"{log_path}.exit").read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def host_name() -> str:

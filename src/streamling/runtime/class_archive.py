@@ -25,6 +25,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from streamling.util import process_alive
+
 log = logging.getLogger(__name__)
 ARCHIVE = "driver.jsa"
 #: a JVM that cannot use the archive (say, a class path changed by ``spark.conf``) runs without
@@ -99,16 +101,6 @@ def _train(target: Path) -> None:
             proc.wait(timeout=300)
 
 
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
 def build(jars: list[Path]) -> Path | None:
     """Build the archive for a local session with these jars, unless it exists (about 20 s)."""
     path = archive_path(jars)
@@ -116,7 +108,7 @@ def build(jars: list[Path]) -> Path | None:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".*.{ARCHIVE}"):  # ~200 MB each, left by builds that were killed
-        if not _alive(stale.name.split(".")[1]):
+        if not process_alive(stale.name.split(".")[1]):
             stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{os.getpid()}.{ARCHIVE}")
     tmp.unlink(missing_ok=True)

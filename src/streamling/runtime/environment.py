@@ -60,6 +60,7 @@ from typing import Any
 from packaging.requirements import Requirement
 
 from streamling.errors import StreamlingError
+from streamling.util import process_alive
 
 log = logging.getLogger(__name__)
 
@@ -444,15 +445,6 @@ def publish(context: Any, packed: PackedEnvironment, port: int) -> None:
     (folder / URL_FILE).write_text(server.url(host) + "\n")
     context.addFile(str(folder / URL_FILE))
     for stale in folder.parent.glob("url-*"):
-        if stale != folder and not _alive(int(stale.name.split("-")[1])):
+        if stale != folder and not process_alive(stale.name.split("-")[1]):
             shutil.rmtree(stale, ignore_errors=True)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
