@@ -112,6 +112,21 @@ def test_the_launcher_fetches_each_part_once_per_host_and_runs_the_workers_pytho
     assert again.stdout.split()[:2] == ["deps", "code"]
 
 
+def test_what_a_fetch_killed_half_way_left_is_cleared_by_the_next_one(
+        served: tuple[Path, environment.EnvironmentServer], tmp_path: Path) -> None:
+    files, _ = served
+    cache = tmp_path / "host-cache"
+    (cache / "deps-1.partial" / "pyarrow").mkdir(parents=True)  # unpacking stopped by a SIGKILL
+    (cache / "deps-1.partial" / "pyarrow" / "lib.so").write_bytes(b"half")
+    (cache / "deps-1.partial.zip").write_bytes(b"PK half a download")
+    (cache / "deps-1").mkdir()  # an incomplete part (no .complete): never trusted
+    script = _launcher(files, f"{sys.version_info[0]}.{sys.version_info[1]}")
+    out = subprocess.run([str(script), "-c", PROBE], env=_env(cache), capture_output=True, text=True, check=True)
+    assert out.stdout.split()[:2] == ["deps", "code"]
+    assert sorted(p.name for p in cache.iterdir()) == ["code-2", "code-2.lock", "deps-1", "deps-1.lock"]
+    assert {p.name for p in (cache / "deps-1").iterdir()} - {"__pycache__"} == {".complete", "shipped_probe.py"}
+
+
 def test_a_part_the_worker_cannot_fetch_fails_the_task_saying_where_it_looked(
         served: tuple[Path, environment.EnvironmentServer], tmp_path: Path) -> None:
     files, _ = served

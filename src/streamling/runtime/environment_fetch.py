@@ -6,7 +6,7 @@ the host's cache folder, the part's name (``deps-<key>`` or ``code-<key>``, uniq
 the executor's files folder, which holds ``streamling_env.url`` (where the driver serves the parts).
 One process per host fetches a part; the others wait on its lock and find it complete. The part
 lands under its final name only once whole, so a process killed half-way leaves nothing a later one
-would trust.
+would trust, and the next fetch of the part clears what it left.
 """
 
 from __future__ import annotations
@@ -31,9 +31,12 @@ def fetch(cache: str, part: str, files: str) -> None:
             return
         with open(os.path.join(files, "streamling_env.url")) as f:
             url = f.read().strip() + part + ".zip"
-        tmp = f"{dest}.tmp{os.getpid()}"
+        # One name per part, not per process: under the lock only one process works on it, and what
+        # a process killed half-way left (up to a part's size) is cleared by the next one.
+        tmp = f"{dest}.partial"
         archive = tmp + ".zip"
-        shutil.rmtree(dest, ignore_errors=True)
+        for leftover in (dest, tmp):
+            shutil.rmtree(leftover, ignore_errors=True)
         try:
             with urllib.request.urlopen(url, timeout=60) as response, open(archive, "wb") as out:
                 expected = int(response.headers.get("Content-Length", "-1"))
