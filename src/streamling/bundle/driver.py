@@ -27,6 +27,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,7 +66,7 @@ def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict
     from streamling.config import env_variables
 
     os.environ.update(env_variables({"state_dir": deployment["state_dir"], **(deployment.get("config") or {})}))
-    arguments = [_resolved(a, job, params, context) for a in task["parameters"]]
+    arguments = [_filler(job, params, context)(a) for a in task["parameters"]]
     if task["kind"] == "spark_python":
         script = files / task["python_file"]
         os.chdir(script.parent)
@@ -76,18 +77,23 @@ def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict
     return main(arguments)
 
 
-def _resolved(text: str, job: dict[str, Any], params: dict[str, str], context: RunContext | None) -> str:
-    """``text`` with Databricks' dynamic value references filled in for this attempt."""
+def _filler(job: dict[str, Any], params: dict[str, str], context: RunContext | None) -> Callable[[str], str]:
+    """Fills Databricks' dynamic value references into a text for this attempt (none without a
+    context: a driver started by hand)."""
     from streamling.bundle.references import job_parameter_values, resolve
 
-    return resolve(text, context, job_parameter_values(job, params)) if context is not None else text
+    if context is None:
+        return lambda text: text
+    values = job_parameter_values(job, params)
+    return lambda text: resolve(text, context, values)
 
 
 def _parameters(job: dict[str, Any], task: dict[str, Any], params: dict[str, str],
                 context: RunContext | None) -> dict[str, str]:
     from streamling.bundle.deploy import task_parameters
 
-    return {k: _resolved(v, job, params, context) for k, v in task_parameters(job, task, params).items()}
+    fill = _filler(job, params, context)
+    return {k: fill(v) for k, v in task_parameters(job, task, params).items()}
 
 
 def _deployment(ws: Any, root: Path, version: int) -> dict[str, Any]:

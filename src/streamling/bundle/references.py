@@ -94,6 +94,8 @@ def check(text: str, job_parameters: Iterable[str], upstream: Iterable[str] = ()
 
 def resolve(text: str, context: RunContext, job_parameters: Mapping[str, str]) -> str:
     """``text`` with every reference filled in (``check`` has passed at deploy)."""
+    if "{{" not in text:
+        return text
     start = dt.datetime.fromtimestamp(context.start_time, dt.UTC)
     values = {
         "job.id": context.job_key, "job_id": context.job_key, "job.name": context.job_name,
