@@ -79,6 +79,9 @@ def test_batch_size_is_capped_by_trigger_max_count_and_bodies_follow_the_payload
 def test_urls_lose_their_credentials_in_messages() -> None:
     assert redact_url("https://user:pw@api.example.com:8443/hook?x=1") == "https://api.example.com:8443/hook?x=1"
     assert redact_url("http://127.0.0.1:9/x") == "http://127.0.0.1:9/x"
+    # a query (where a pasted webhook URL carries its token) only when asked: HTTP nodes show theirs
+    assert redact_url("https://user:pw@hooks.example.com/T1?token=abc", hide_query=True) == "https://hooks.example.com/T1?…"
+    assert redact_url("http://127.0.0.1:9/x", hide_query=True) == "http://127.0.0.1:9/x"
 
 
 def test_options_reject_bad_urls_types_and_unknown_keys() -> None:

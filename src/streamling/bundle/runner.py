@@ -679,7 +679,7 @@ class Runner:
         for url in urls:
             # A webhook URL may carry credentials (user:password@, a token in the query): neither
             # the log nor the run store keeps them, whatever the error text echoes.
-            safe = redact_url(url).split("?", 1)[0] + ("?…" if "?" in url else "")
+            safe = redact_url(url, hide_query=True)
             try:
                 response = httpx.post(url, json=payload, timeout=10)
                 status = "sent" if response.status_code < 400 else "failed"

@@ -40,14 +40,17 @@ TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504}) | frozenset(range(505,
 SNIPPET_CHARS = 200
 
 
-def redact_url(url: str) -> str:
-    """The URL without ``user:password@`` (credentials there must not reach logs or errors)."""
+def redact_url(url: str, hide_query: bool = False) -> str:
+    """The URL without ``user:password@`` (credentials there must not reach logs or errors); with
+    ``hide_query`` its query shows as ``…`` too (where tokens go in URLs a user only pastes in, such
+    as a webhook's)."""
     parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
+    query = "…" if hide_query and parts.query else parts.query
+    if parts.username is None and parts.password is None and query == parts.query:
         return url
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 _CREDENTIAL_HEADER = re.compile(r"authorization|cookie|api[-_]?key|token|secret|passw", re.I)
