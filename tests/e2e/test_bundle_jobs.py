@@ -114,13 +114,14 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
                 - task_key: first
                   spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'chain.jsonl'}"]}}
             branch:
-              parameters: [{{name: rows, default: "5"}}]
+              parameters: [{{name: rows, default: "5"}}, {{name: threshold, default: "3"}}]
               tasks:
                 - task_key: count
                   spark_python_task: {{python_file: ./jobs/count.py, parameters: ["{{{{job.parameters.rows}}}}"]}}
                 - task_key: many
                   depends_on: [{{task_key: count}}]
-                  condition_task: {{op: GREATER_THAN, left: "{{{{tasks.count.values.rows}}}}", right: 3}}
+                  condition_task: {{op: GREATER_THAN, left: "{{{{tasks.count.values.rows}}}}",
+                                    right: "{{{{job.parameters.threshold}}}}"}}
                 - task_key: on_many
                   depends_on: [{{task_key: many, outcome: "true"}}]
                   spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'branch.jsonl'}", "many"]}}
@@ -202,6 +203,16 @@ def test_retries_dependencies_parameters_concurrency_timeouts_and_notifications(
     assert many["state"] == few["state"] == "succeeded"
     assert [t["state"] for t in few["tasks"] if t["task_key"] in ("many", "on_many", "on_few")] == [
         "succeeded", "excluded", "succeeded"]
+    # A condition that cannot be evaluated fails the run, saying why; both branches are skipped as
+    # failed upstream, and the ALL_DONE cleanup still runs.
+    bad = bundle(project, "run", "branch", "--param", "threshold=lots")
+    assert bad.returncode != 0
+    [failed] = [r for r in runs(project, "branch") if r["params"].get("threshold") == "lots"]
+    assert failed["state"] == "failed" and "GREATER_THAN compares numbers, and 'lots' is not one" in failed["message"]
+    assert {t["task_key"]: t["state"] for t in failed["tasks"]} == {
+        "count": "succeeded", "many": "failed", "on_many": "upstream_failed", "on_few": "upstream_failed",
+        "cleanup": "succeeded"}
+    assert [json.loads(line)["args"][0] for line in (out / "branch.jsonl").read_text().splitlines()][4:] == ["end"]
 
     # max_concurrent_runs: 1 — the second run waits until the first ended.
     first = bundle(project, "run", "slow", "--no-wait")
