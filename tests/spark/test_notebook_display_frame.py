@@ -72,3 +72,28 @@ def test_display_keeps_the_cell_running_until_it_is_interrupted_which_stops_the_
     assert {q.id for q in spark.streams.active} == before  # the query stopped with the cell
     # anything else is shown as IPython shows it
     display("plain text")
+
+
+def test_a_streaming_query_that_fails_fails_the_wait_and_the_view_says_why(spark: Any) -> None:
+    df = spark.readStream.format("rate").option("rowsPerSecond", 5).load() \
+        .selectExpr("if(value >= 3, raise_error('value 3 is poison'), value) AS n")
+    running = display_dataframe(df, stream_name="sl_display_poison", processing_time="0.5 seconds")
+    assert isinstance(running, StreamingDisplay)
+    try:
+        with pytest.raises(StreamlingError, match="display: the streaming query failed: .*value 3 is poison"):
+            running.wait(120)
+    finally:
+        if running.query.isActive:
+            running.stop()
+    running.view.flush()
+    assert running.view.status.startswith("failed: ") and "value 3 is poison" in running.view.status
+    beat = running.view.beat
+    time.sleep(1.5)
+    assert running.view.beat == beat  # no heartbeat for a query that ended
+
+
+def test_display_refuses_keywords_it_does_not_know_and_row_counts_out_of_range(spark: Any) -> None:
+    with pytest.raises(StreamlingError, match=r"display\(df\) takes no streamname — keywords: streamName"):
+        display(spark.range(3), streamname="typo")
+    with pytest.raises(StreamlingError, match="display shows 1 to 10,000 rows, not 0"):
+        display_dataframe(spark.range(3), rows=0)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 import traitlets
 
-from streamling.errors import StreamlingError, java_message
+from streamling.errors import StreamlingError, java_message, spark_sql_message
 from streamling.notebook import render
 from streamling.notebook.widget import SummarizedWidget, front_end
 from streamling.runtime import events as ev
@@ -418,6 +418,14 @@ class ResultView(SummarizedWidget):
         self._table, self._types = table, types
         self._state.update(state)
 
+    def show_table(self, table: pa.Table, **state: Any) -> None:
+        """Show ``table`` (with its exact types) and ``state`` at once, outside any run (``display(df)``)."""
+        with self._lock:
+            self._show(table, [str(f.type) for f in table.schema], updated_at=time.time())
+            self._state.update(state)
+            self._dirty = True
+        self.flush()
+
     def _set(self, **state: Any) -> None:
         with self._lock:
             self._state.update(state)
@@ -602,8 +610,11 @@ def _is_dataframe(obj: Any) -> bool:
 class StreamingDisplay:
     """The query behind ``display(streaming_df)`` and the view it feeds."""
 
-    def __init__(self, view: ResultView, query: Any) -> None:
+    def __init__(self, view: ResultView, query: Any, errors: list[BaseException] | None = None) -> None:
         self.view, self.query = view, query
+        #: what the micro-batch function raised, in Python's own words (the query's exception only
+        #: says "an exception was raised by the Python Proxy")
+        self.errors = errors if errors is not None else []
 
     def stop(self, status: str = "stopped") -> None:
         self.query.stop()
@@ -621,7 +632,7 @@ class StreamingDisplay:
         failure = self.query.exception()
         self.view.keep_beating(False)
         if failure is not None:
-            message = java_message(failure)
+            message = spark_sql_message(self.errors[-1]) if self.errors else java_message(failure)
             self.view._set(status=f"failed: {message}")
             raise StreamlingError(f"display: the streaming query failed: {message}",
                                   hint="fix the query; df.explain() shows its plan")
@@ -657,20 +668,22 @@ def display_dataframe(df: Any, rows: int = FRAME_ROWS, *, stream_name: str | Non
                                   hint="fix the query; df.explain() shows its plan") from exc
         more = table.num_rows > rows
         table = table.slice(0, rows)
-        with view._lock:
-            view._show(table, [str(f.type) for f in table.schema], updated_at=time.time())
-            view._state.update(status="complete", caption=(f"the first {rows:,} rows of the DataFrame" if more
+        view.show_table(table, status="complete", caption=(f"the first {rows:,} rows of the DataFrame" if more
                                                            else f"all {table.num_rows:,} rows of the DataFrame"))
-            view._dirty = True
-        view.flush()
         return view
 
     view._sampled = [label]
     view._set(status="running", caption=f"each micro-batch of the streaming query '{label}' as it arrives: the "
                                         f"newest first, older ones up to {rows:,} rows")
 
+    errors: list[BaseException] = []
+
     def show(batch: Any, batch_id: int) -> None:
-        table = batch.limit(rows).toArrow()
+        try:
+            table = batch.limit(rows).toArrow()
+        except Exception as exc:
+            errors.append(exc)
+            raise
         view.handle(ev.RowsSampled(label, epoch=batch_id, node=label, columns=table.column_names, rows=[],
                                    table=table))
 
@@ -685,7 +698,7 @@ def display_dataframe(df: Any, rows: int = FRAME_ROWS, *, stream_name: str | Non
         raise StreamlingError(f"display: the streaming query does not start: {java_message(exc)}",
                               hint="fix the query; df.explain() shows its plan") from exc
     view.keep_beating(True)
-    return StreamingDisplay(view, query)
+    return StreamingDisplay(view, query, errors)
 
 
 def display(*objs: Any, **kwargs: Any) -> None:
