@@ -212,3 +212,14 @@ def test_a_transform_with_only_sql_is_a_sql_transform_as_in_streamling() -> None
     with pytest.raises(ValidationError, match="transform 'odd' has no 'type'"):
         parse_pipeline("sources: {orders: {type: generate, rows: 10}}\ntransforms: {odd: {from: orders}}\n"
                        "sinks: {out: {type: print, from: odd}}\n")
+
+
+def test_merge_keys_take_mappings_and_keep_the_keys_set_beside_them() -> None:
+    doc = parse_yaml("base: &b {a: 1, b: {x: 2}}\nmore: &m {a: 9, c: 3}\njob:\n  <<: [*b, *m]\n  b: {y: 5}\n")
+    assert doc.data["job"] == {"a": 1, "c": 3, "b": {"y": 5}}  # set beside wins; the first merged wins
+    assert doc.lines["job.a"] == 4 and doc.lines["job.b"] == 5
+    with pytest.raises(StreamlingError) as info:
+        parse_yaml("n: &n 3\njob:\n  <<: *n\n")
+    assert info.value.code == "yaml_merge" and info.value.location is not None
+    assert info.value.location.line == 3
+    assert info.value.headline().startswith("a merge key (<<) takes a mapping or a list of mappings")

@@ -143,6 +143,20 @@ def test_a_part_the_worker_cannot_fetch_fails_the_task_saying_where_it_looked(
     assert sorted(p.name for p in cache.iterdir()) == ["code-9.lock", "deps-1", "deps-1.lock"]
 
 
+def test_a_host_new_to_the_job_whose_driver_is_gone_fails_the_task_naming_the_driver(
+        served: tuple[Path, environment.EnvironmentServer], tmp_path: Path) -> None:
+    files, server = served
+    server.close()  # the driver died, or a firewall drops its port
+    script = _launcher(files, f"{sys.version_info[0]}.{sys.version_info[1]}")
+    proc = subprocess.run([str(script), "-c", PROBE], env=_env(tmp_path / "new-host"), capture_output=True,
+                          text=True)
+    assert proc.returncode == 1
+    error = environment.worker_failure(proc.stderr)
+    assert error is not None and "cannot fetch deps-1 from http://127.0.0.1:" in error.headline()
+    assert "Connection refused" in error.headline() and "spark.python_environment_port" in error.headline()
+    assert sorted(p.name for p in (tmp_path / "new-host").iterdir()) == ["deps-1.lock"]  # nothing half-made
+
+
 def test_the_server_serves_registered_parts_only_and_only_under_its_token(
         served: tuple[Path, environment.EnvironmentServer]) -> None:
     _, server = served
