@@ -173,13 +173,58 @@ def test_reset_is_skipped_with_a_warning(tmp_path: Path) -> None:
         "(start over with a new application_id)"]
 
 
-def test_an_untagged_python_cell_is_an_error(tmp_path: Path) -> None:
+def test_python_cells_make_the_job_run_the_notebook(tmp_path: Path) -> None:
     path = notebook(tmp_path, "%load_ext streamling", SOURCE_CELL, SINK_CELL,
                     "import os\n\nprint(os.getcwd())", ("print('notebook only')", ["interactive"]))
+    compiled = compile_notebook(path)
+    assert compiled.executes == [4]  # the interactive cell stays out of the job
+    assert compiled.document["sinks"] == {"out": {"type": "print", "from": ["orders"]}}
+    only_streamling = compile_notebook(notebook(tmp_path, "%load_ext streamling", 'dbutils.widgets.text("n", "1")',
+                                                SOURCE_CELL, SINK_CELL, name="pipeline.ipynb"))
+    assert only_streamling.executes == []  # declarations and imports alone: the compiled pipeline runs
+
+
+def test_a_python_notebook_without_streamling_cells_is_a_job(tmp_path: Path) -> None:
+    path = notebook(tmp_path, 'dbutils.widgets.text("day", "2026-01-01")',
+                    "%sql\nCREATE TABLE t AS SELECT 1", "df = spark.table('t')\ndisplay(df)", "x = !ls", "md:done")
+    compiled = compile_notebook(path)
+    assert compiled.executes == [2, 3, 4] and not any(compiled.document.values())
+    assert compiled.parameters == {"day": "2026-01-01"}
+
+
+def test_a_syntax_error_and_languages_that_do_not_run_here(tmp_path: Path) -> None:
+    path = notebook(tmp_path, "x = (1,", "%scala\nval x = 1", "%r\nx <- 1", "print(1)\n%sql SELECT 1",
+                    "%run ./missing", "%run ./helpers $x=\"1\"", "%run /Workspace/Shared/lib")
     assert problems(path) == [
-        "Python code is not part of a job: a job runs the notebook's %%streamling cells as one pipeline "
-        "[job.ipynb: cell 4 (line 3)] — tag the cell `interactive` to keep it for the notebook only, or move the "
-        "logic into a transform"]
+        "invalid Python: '(' was never closed [job.ipynb: cell 1 (line 1)] — the cell fails in the notebook too: "
+        "fix it there",
+        "`%scala` cells cannot run here: a job runs Python and SQL cells [job.ipynb: cell 2 (line 1)] — rewrite the "
+        "cell in Python or SQL, or tag it `interactive`",
+        "`%r` cells cannot run here: a job runs Python and SQL cells [job.ipynb: cell 3 (line 1)] — rewrite the cell "
+        "in Python or SQL, or tag it `interactive`",
+        "`%sql` must be the first line of its cell [job.ipynb: cell 4 (line 2)] — a language magic applies to the "
+        "whole cell: start a new cell with it",
+        "`%run ./missing`: no notebook ./missing next to this one (tried missing.py, missing.ipynb, missing.sql) "
+        "[job.ipynb: cell 5 (line 1)] — check the path, relative to this notebook",
+        "`%run ./helpers $x=\"1\"` passes arguments; an included notebook reads the job's parameters here "
+        "[job.ipynb: cell 6 (line 1)] — drop the arguments and set them as job parameters",
+        "`%run /Workspace/Shared/lib` names a workspace path; here a notebook includes files of its bundle by "
+        "relative path [job.ipynb: cell 7 (line 1)] — e.g. %run ./helpers",
+    ]
+    (tmp_path / "helpers.py").write_text("# Databricks notebook source\nx = 1\n")
+    compiled = compile_notebook(notebook(tmp_path, "%run ./helpers", name="ok.ipynb"))
+    assert compiled.executes == [1] and compiled.includes == [(tmp_path / "helpers.py").resolve()]
+
+
+def test_reading_a_databricks_sql_notebook(tmp_path: Path) -> None:
+    path = tmp_path / "report.sql"
+    path.write_text("-- Databricks notebook source\nCREATE OR REPLACE TEMP VIEW v AS SELECT 1 AS x\n\n"
+                    "-- COMMAND ----------\n\n-- MAGIC %python\n-- MAGIC print(spark.table('v').count())\n\n"
+                    "-- COMMAND ----------\n\n-- MAGIC %md\n-- MAGIC # Notes\n")
+    cells = read_notebook(path)
+    assert [(c.kind, c.language()[0]) for c in cells] == [("code", "sql"), ("code", "python"), ("markdown", "sql")]
+    assert cells[1].language()[1] == "print(spark.table('v').count())\n"
+    assert compile_notebook(path).executes == [1, 2]
 
 
 def test_an_unknown_parameter_is_an_error_listing_the_defined_ones(tmp_path: Path) -> None:
@@ -205,19 +250,9 @@ def test_every_problem_is_reported_at_once_with_its_cell(tmp_path: Path) -> None
                     "%%streamling sink lost --from nowhere\ntype: print\n", "%streamling remove ghost",
                     "%streamling run --rows 3 --seconds 4")
     assert problems(path) == [
-        "`%pip` is not part of a job: a job runs the notebook's %%streamling cells as one pipeline "
-        "[job.ipynb: cell 2 (line 1)] — declare the package in the job task's libraries in bundle.yml, or tag the "
-        "cell `interactive`",
-        "the shell command `!ls -l` is not part of a job [job.ipynb: cell 4 (line 1)] — tag the cell `interactive` "
-        "to keep it for the notebook only",
-        "`%%sql` is not part of a job: a job runs the notebook's %%streamling cells as one pipeline "
-        "[job.ipynb: cell 5 (line 1)] — tag the cell `interactive` to keep it for the notebook only",
-        "`%config InlineBackend.figure_format = 'retina'` is not part of a job: only "
-        "`%config StreamlingMagics.<setting> = <value>` is [job.ipynb: cell 6 (line 1)] — tag the cell "
-        "`interactive` to keep it for the notebook only",
-        "Python code is not part of a job: a job runs the notebook's %%streamling cells as one pipeline "
-        "[job.ipynb: cell 7 (line 1)] — tag the cell `interactive` to keep it for the notebook only, or move the "
-        "logic into a transform",
+        "`%pip` does not run in a job: it would install into the environment streamling itself runs from "
+        "[job.ipynb: cell 2 (line 1)] — install the package into the environment the job runs in before deploying, "
+        "or tag the cell `interactive` to keep it for the notebook only",
         "'ghost': there is no node 'ghost' [job.ipynb: cell 12 (line 1)] — nodes: orders, out, echo, lost",
         "give --rows or --seconds, not both [job.ipynb: cell 13 (line 1)]",
         "print sink 'echo': 'from' names sink 'out'; only sources and transforms produce rows "
@@ -240,8 +275,7 @@ def test_raises_exception_cells_are_compiled_like_the_notebook_runs_them(tmp_pat
         "cell 5 (tagged raises-exception) fails in the notebook, so its definition of 'out' is not part of the job"]
     python = notebook(tmp_path, "%load_ext streamling", SOURCE_CELL, SINK_CELL, ("1 / 0", ["raises-exception"]),
                       name="python.ipynb")
-    assert [p.split(" [")[0] for p in problems(python)] == [
-        "Python code is not part of a job: a job runs the notebook's %%streamling cells as one pipeline"]
+    assert compile_notebook(python).executes == [4]  # the job runs it, and goes on past its failure
 
 
 def test_widget_declarations_need_literal_arguments_and_known_names(tmp_path: Path) -> None:
@@ -249,9 +283,7 @@ def test_widget_declarations_need_literal_arguments_and_known_names(tmp_path: Pa
                     'import os\ndbutils.widgets.text("topic", os.environ["TOPIC"])',
                     'dbutils.widgets.dropdown("mode", "fast", ["slow", "safe"])',
                     'env = dbutils.widgets.get("env")', SOURCE_CELL, SINK_CELL)
-    assert problems(path) == [
-        "dbutils.widgets.text(…) takes literal arguments in a job: the notebook is compiled, not run "
-        "[job.ipynb: cell 2 (line 2)] — write the values out, e.g. dbutils.widgets.text('topic', 'orders')",
+    assert problems(path) == [  # a computed default (cell 2) is known when the job runs the notebook
         "dbutils.widgets.dropdown: default value 'fast' of dropdown widget 'mode' is not one of its choices: slow, "
         "safe [job.ipynb: cell 3 (line 1)]",
         "No input widget named env is defined [job.ipynb: cell 4 (line 1)] — declare it first, e.g. "
@@ -282,10 +314,7 @@ def test_pipeline_cell_and_source_lines_locate_problems(tmp_path: Path) -> None:
     source.write_text("# Databricks notebook source\n# MAGIC %load_ext streamling\n\n# COMMAND ----------\n\n"
                       "# DBTITLE 1,Source\n# MAGIC %%streamling source orders\n# MAGIC type: generate\n# MAGIC\n"
                       "# MAGIC rows: 10\n\n# COMMAND ----------\n\nimport os\nos.getcwd()\n")
-    assert [p.split(" — ")[0] for p in problems(source)] == [
-        "Python code is not part of a job: a job runs the notebook's %%streamling cells as one pipeline "
-        "[job.py: cell 3 (line 15)]",
-        "the pipeline has no sinks [job.py]"]
+    assert [p.split(" — ")[0] for p in problems(source)] == ["the pipeline has no sinks [job.py]"]
 
 
 def test_reading_a_databricks_source_notebook(tmp_path: Path) -> None:

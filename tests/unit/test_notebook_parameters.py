@@ -120,6 +120,7 @@ class _Shell:
         self.user_ns = user_ns
         self.registered: list[Any] = []
         self.custom_exc: tuple[Any, Any] | None = None
+        self.custom_exceptions: tuple[type[BaseException], ...] = ()  # as IPython's shell has it
         self.magics_manager = types.SimpleNamespace(registry={})
 
     def register_magics(self, magics: Any) -> None:
@@ -127,6 +128,7 @@ class _Shell:
 
     def set_custom_exc(self, exc_tuple: tuple[type[BaseException], ...], handler: Any) -> None:
         self.custom_exc = (exc_tuple, handler)
+        self.custom_exceptions = exc_tuple
 
 
 def test_load_ext_keeps_a_dbutils_the_kernel_already_has() -> None:

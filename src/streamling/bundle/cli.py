@@ -233,6 +233,11 @@ def cmd_summary(args: argparse.Namespace) -> int:
                      "last_run": {"id": runs[0].id, "state": runs[0].state, **({"figures": {
                          k: figures.get(k) for k in ("status", "rows_to_sinks", "checkpoint", "admin_api", "error")}}
                          if figures else {})} if runs else None,
+                     # what a redeploy does to a running task: a notebook of %%streamling cells swaps its
+                     # pipeline in the warm driver; any other task (a notebook whose cells run) restarts
+                     "on_redeploy": {t["task_key"]: "swaps in its driver" if t["kind"] == "notebook" and
+                                     not t.get("executes") else "restarts its driver" for t in job["tasks"]
+                                     if t["kind"] not in ("condition",)},
                      "working_copy": "not in the working copy" if key not in local else
                      "up to date" if local[key] == deployed else
                      "differs (" + ", ".join(sorted(t for t in set(local[key]) | set(deployed)
@@ -262,6 +267,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
                  + (f", {figures['admin_api']}" if figures.get("admin_api") else "") + ")") if figures else ""
         _out(f"  {key}: {info.get('name', '')} · {info.get('trigger', '-')} {info.get('pause_status') or ''} · "
              f"last run {str(last['id']) + ' ' + last['state'] + shown if last else '-'} · {info['working_copy']}")
+        if info.get("on_redeploy"):
+            _out("    on redeploy: " + ", ".join(f"{task} {what}" for task, what in info["on_redeploy"].items()))
     return 0
 
 

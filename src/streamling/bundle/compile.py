@@ -32,19 +32,28 @@ What each cell means in a job:
 - ``validate``, ``show``, ``yaml``, ``preview``, ``display``, ``capture``, ``debug`` and ``export`` only display
   something in the notebook: skipped. ``%streamling reset`` is skipped with a warning — a job never
   deletes its checkpoints.
-- Python code cells: a cell whose statements are only imports, ``dbutils.widgets`` declarations
-  with literal arguments (and ``remove`` / ``removeAll``), and ``x = dbutils.widgets.get("name")``
-  declares parameters. Any other Python code is an error: a job runs the cells as one pipeline and
-  never executes the notebook. Tag such a cell ``interactive`` (the cell's metadata tags; in a
-  Databricks source notebook a first line ``# streamling: interactive``) to keep it for the
-  notebook only: interactive cells, of any kind, are not part of the job.
-- Other magics (``%pip``, ``%sh``, ``%%sql``, ``%run``, ``!cmd``, …): an error naming the magic.
-  Markdown and raw cells are ignored.
+- Python code cells: imports, ``dbutils.widgets`` declarations with literal arguments (and
+  ``remove`` / ``removeAll``) and ``x = dbutils.widgets.get("name")`` declare parameters here. Any
+  other Python code makes the notebook one the job **runs**: its driver executes every cell in order
+  in an IPython shell (``streamling.bundle.notebook_job``), as Databricks runs a notebook task, and
+  the ``%%streamling`` cells build the pipeline there. The pipeline compiled here is then the
+  deploy-time check of those cells, and a redeploy restarts the driver instead of swapping in it.
+- Databricks language magics as a cell's first line: ``%python`` (Python), ``%sql`` / ``%%sql``
+  (Spark SQL statements), ``%sh`` (a shell script, failing on a non-zero exit), ``%run <notebook>``
+  (another notebook's cells in the same namespace), ``%md`` (markdown) — all but ``%md`` make the
+  notebook run. A Databricks SQL source notebook (``.sql`` starting ``-- Databricks notebook
+  source``) is a notebook of SQL cells. ``%pip`` and ``%scala`` / ``%r`` cells are errors: a job
+  never installs into the environment streamling runs from, and only Python and SQL run here. Other
+  IPython magics (``%time``, ``!cmd``, ``%%bash``, …) run as IPython runs them.
+  Tag a cell ``interactive`` (the cell's metadata tags; in a Databricks source notebook a first line
+  ``# streamling: interactive``) to keep it for the notebook only: interactive cells, of any kind,
+  are not part of the job.
 - Cells tagged ``raises-exception`` (nbval: the cell is expected to fail) fail in the notebook, and
   a cell that fails changes nothing there (``NotebookPipeline.edit``): the job gets the pipeline the
   notebook has after "Run all", so a tagged ``%%streamling`` cell defines nothing in the job either
-  (e.g. a script transform that throws when re-run on the captured batch), with a warning. The tag
-  does not make Python code part of the job, nor excuse an unsupported magic.
+  (e.g. a script transform that throws when re-run on the captured batch), with a warning; a job
+  that runs the notebook goes on past such a cell's failure. The tag does not excuse an unsupported
+  magic.
 
 Every problem is reported at once: ``compile_notebook`` raises a ``ValidationError`` listing each
 cell's problems and then the document's own validation (``streamling.spec.parse_pipeline``),
@@ -64,7 +73,7 @@ from typing import Any, Literal, cast
 import yaml
 
 from streamling.errors import Location, StreamlingError, ValidationError
-from streamling.notebook.cells import USAGE, cell_node, parse_line
+from streamling.notebook.cells import DISPLAY_COMMANDS, RUN_CONTROL_COMMANDS, USAGE, cell_node, parse_line
 from streamling.notebook.dbutils import InputWidgetNotDefined, Widgets
 from streamling.notebook.session import NotebookPipeline, _blocks, _Dumper, problems_of
 from streamling.spec import parse_pipeline
@@ -72,23 +81,23 @@ from streamling.spec.pipeline import SECTIONS, Kind
 
 DATABRICKS_HEADER = "# Databricks notebook source"
 DATABRICKS_SEPARATOR = "# COMMAND ----------"
+#: a Databricks SQL source notebook: the same layout with SQL comments
+DATABRICKS_SQL_HEADER = "-- Databricks notebook source"
 INTERACTIVE = "interactive"
 RAISES = "raises-exception"
 
-#: line magics that only display something in the notebook
-DISPLAY_COMMANDS = {"validate", "show", "yaml", "preview", "display", "capture", "debug", "export"}
-#: line magics that manage a notebook run; the job runs the pipeline itself
-RUN_CONTROL_COMMANDS = {"wait", "stop", "status"}
 APPLIED_SETTINGS = {"application_id", "config_name"}
 IGNORED_SETTINGS = {"monitor", "sample_rows", "full_traceback"}
 WIDGET_DECLARATIONS = {"text", "dropdown", "combobox", "multiselect"}
 WIDGET_READS = {"get", "getArgument"}
 
-_TAG_LINE = re.compile(r"^#\s*streamling:\s*(?P<tags>[\w\-, ]+?)\s*$")
+_TAG_LINE = re.compile(r"^(?:#|--)\s*streamling:\s*(?P<tags>[\w\-, ]+?)\s*$")
 _CONFIG = re.compile(r"^(?P<cls>[A-Za-z_]\w*)\.(?P<trait>[A-Za-z_]\w*)\s*=\s*(?P<value>.+)$")
-_PYTHON_ONLY = ("Python code is not part of a job: a job runs the notebook's %%streamling cells as one "
-                "pipeline")
-_PYTHON_HINT = "tag the cell `interactive` to keep it for the notebook only, or move the logic into a transform"
+#: what a cell's first line says it is (Databricks' language magics); ``None`` for Python and IPython
+LANGUAGE_MAGICS = {"%python": "python", "%sql": "sql", "%%sql": "sql", "%sh": "shell", "%run": "run",
+                   "%md": "markdown", "%md-sandbox": "markdown", "%pip": "pip", "%scala": "foreign",
+                   "%r": "foreign", "%fs": "foreign"}
+Language = Literal["python", "sql", "shell", "run", "markdown", "pip", "foreign"]
 
 
 @dataclass
@@ -101,6 +110,24 @@ class Cell:
     source: str
     tags: list[str] = field(default_factory=list)
     lines: list[int] | None = field(default=None, repr=False, compare=False)
+    #: what a code cell without a language magic holds: Python, or SQL in a ``.sql`` source notebook
+    default_language: Literal["python", "sql"] = field(default="python", repr=False, compare=False)
+
+    def language(self) -> tuple[Language, str, int]:
+        """What the cell runs as, its body without the language magic, and the offset of the body's
+        first line in ``source`` (a ``%run`` cell's body is its argument)."""
+        lines = self.source.splitlines()
+        start = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+        if start == len(lines):
+            return self.default_language, "", 0
+        magic, _, rest = lines[start].strip().partition(" ")
+        language = LANGUAGE_MAGICS.get(magic)
+        if language is None:
+            return self.default_language, self.source, 0
+        if language == "run":
+            return "run", rest.strip(), start
+        body = "\n".join([rest] + lines[start + 1:]) if rest.strip() else "\n".join(lines[start + 1:])
+        return cast(Language, language), body + "\n", start if rest.strip() else start + 1
 
     def line(self, offset: int) -> int:
         """The notebook line of the source's line ``offset`` (0-based)."""
@@ -120,6 +147,11 @@ class CompiledNotebook:
     parameters: dict[str, str] = field(default_factory=dict)
     run: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: cells the job's driver must execute (Python, SQL, shell, ``%run``): empty for a notebook of
+    #: ``%%streamling`` cells, which the driver runs as its compiled pipeline (and swaps on redeploy)
+    executes: list[int] = field(default_factory=list)
+    #: notebooks its ``%run`` cells include (their content is part of what the task runs)
+    includes: list[Path] = field(default_factory=list)
 
     def to_yaml(self) -> str:
         """The pipeline YAML, written as ``%streamling export`` writes it."""
@@ -142,8 +174,11 @@ def read_notebook(path: Path) -> list[Cell]:
         return _read_ipynb(text, path)
     if text.lstrip("\ufeff").startswith(DATABRICKS_HEADER):
         return _read_databricks(text)
+    if text.lstrip("\ufeff").startswith(DATABRICKS_SQL_HEADER):
+        return _read_databricks(text, comment="--")
     raise StreamlingError("not a notebook: expected a Jupyter .ipynb or a Databricks source notebook "
-                          f"(a .py file starting with '{DATABRICKS_HEADER}')", location=Location(path.name),
+                          f"(a .py file starting with '{DATABRICKS_HEADER}', or a .sql file starting with "
+                          f"'{DATABRICKS_SQL_HEADER}')", location=Location(path.name),
                           hint="export the notebook as .ipynb or as a Databricks source file")
 
 
@@ -184,16 +219,19 @@ def _read_ipynb(text: str, path: Path) -> list[Cell]:
     return cells
 
 
-def _read_databricks(text: str) -> list[Cell]:
+def _read_databricks(text: str, comment: str = "#") -> list[Cell]:
+    """A Databricks source notebook; ``comment`` is its language's comment marker (``--`` for SQL)."""
+    separator = f"{comment} COMMAND ----------"
     chunks: list[list[tuple[int, str]]] = [[]]
     for number, line in enumerate(text.splitlines()[1:], start=2):
-        if line.strip() == DATABRICKS_SEPARATOR:
+        if line.strip() == separator:
             chunks.append([])
-        elif not line.startswith("# DBTITLE"):
+        elif not line.startswith(f"{comment} DBTITLE"):
             chunks[-1].append((number, line))
     cells: list[Cell] = []
+    language: Literal["python", "sql"] = "sql" if comment == "--" else "python"
     for chunk in chunks:
-        lines = [(n, _unmagic(line)) for n, line in chunk]
+        lines = [(n, _unmagic(line, comment)) for n, line in chunk]
         while lines and not lines[0][1].strip():
             lines.pop(0)
         while lines and not lines[-1][1].strip():
@@ -211,14 +249,14 @@ def _read_databricks(text: str) -> list[Cell]:
         else:
             kind = "code"
         cells.append(Cell(len(cells) + 1, kind, "\n".join(line for _, line in lines) + "\n", tags,
-                          [n for n, _ in lines]))
+                          [n for n, _ in lines], language))
     return cells
 
 
-def _unmagic(line: str) -> str:
-    if line.startswith("# MAGIC "):
-        return line[len("# MAGIC "):]
-    return "" if line.rstrip() == "# MAGIC" else line
+def _unmagic(line: str, comment: str = "#") -> str:
+    if line.startswith(f"{comment} MAGIC "):
+        return line[len(f"{comment} MAGIC "):]
+    return "" if line.rstrip() == f"{comment} MAGIC" else line
 
 
 # --- compiling ------------------------------------------------------------------------------------
@@ -255,6 +293,8 @@ class _Compiler:
         self.attempt: tuple[str, str | None] | None = None
         self.failed: dict[str | None, str] = {}
         self.cell: Cell = Cell(0, "code", "")
+        self.executes: list[int] = []
+        self.includes: list[Path] = []
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -272,6 +312,11 @@ class _Compiler:
         for problem in problems_of(exc):
             problem.location = self.where(line)
         return exc
+
+    def executed(self) -> None:
+        """The current cell holds code only the job's driver can run: the notebook is executed."""
+        if self.cell.index not in self.executes:
+            self.executes.append(self.cell.index)
 
     # --- cells ----------------------------------------------------------------------------------
 
@@ -307,25 +352,44 @@ class _Compiler:
                         self.failed[self.attempt[1]] = self.attempt[0]
 
     def code_cell(self, cell: Cell) -> None:
-        lines = cell.source.splitlines()
-        start = 0
-        while start < len(lines) and not lines[start].strip():
-            start += 1
-        if start == len(lines):
+        language, body, start = cell.language()
+        if language == "markdown" or not body.strip():
             return
-        if lines[start].strip().split(" ", 1)[0] == "%python":  # a Databricks language magic
-            lines = lines[:start] + [""] + lines[start + 1:]
-        elif lines[start].startswith("%%"):
+        lines = cell.source.splitlines()
+        at = cell.line(next((i for i, line in enumerate(lines) if line.strip()), 0))  # the magic's line
+        if language == "pip":
+            raise _CellError(self.error("`%pip` does not run in a job: it would install into the environment "
+                                        "streamling itself runs from", at, hint=_foreign_hint("%pip")))
+        if language == "foreign":
+            magic = cell.source.strip().split(None, 1)[0]
+            raise _CellError(self.error(f"`{magic}` cells cannot run here: a job runs Python and SQL cells", at,
+                                        hint="rewrite the cell in Python or SQL, or tag it `interactive`"))
+        if language == "run":
+            self.include(body, at)
+        if language != "python":
+            self.executed()
+            return
+        if start:  # ``%python``: blank the magic, keep the lines where they are
+            lines = lines[:start - 1] + [""] + lines[start:]
+        start = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+        if start < len(lines) and lines[start].startswith("%%"):
             self.cell_magic(lines, start)
             return
         self.line_cell(lines)
 
+    def include(self, argument: str, at: int) -> None:
+        """``%run <notebook>``: the notebook it names must exist next to this one."""
+        try:
+            self.includes.append(run_target(self.path.parent, argument))
+        except StreamlingError as exc:
+            raise _CellError(self.locate(exc, at)) from None
+
     def cell_magic(self, lines: list[str], start: int) -> None:
         name, _, line = lines[start][2:].rstrip().partition(" ")
         at = self.cell.line(start)
-        if name != "streamling":
-            raise _CellError(self.error(f"`%%{name}` is not part of a job: a job runs the notebook's %%streamling "
-                                        "cells as one pipeline", at, hint=_foreign_hint(f"%%{name}")))
+        if name != "streamling":  # IPython's own (%%bash, %%time, %%writefile, …): the driver runs it
+            self.executed()
+            return
         if not self.extension_loaded:
             self.warnings.append(f"cell {self.cell.index}: %%streamling before `%load_ext streamling`: the "
                                  "notebook itself fails here")
@@ -356,12 +420,11 @@ class _Compiler:
         for offset, line in enumerate(lines):
             stripped = line.strip()
             if stripped.startswith(("%", "!")):
-                magics.append((offset, stripped))
+                if self.check_magic(offset, stripped):
+                    magics.append((offset, stripped))
                 python.append("")
             else:
                 python.append(line)
-        for offset, stripped in magics:
-            self.check_magic(offset, stripped)
         steps: list[tuple[int, Any]] = [(offset, stripped) for offset, stripped in magics]
         steps += self.python_steps("\n".join(python) + "\n", lines)
         for offset, step in sorted(steps, key=lambda s: s[0]):
@@ -374,24 +437,30 @@ class _Compiler:
             except StreamlingError as exc:
                 raise self.locate(exc, at) from None
 
-    def check_magic(self, offset: int, stripped: str) -> None:
-        """Reject what a job cannot run before anything in the cell is applied."""
+    def check_magic(self, offset: int, stripped: str) -> bool:
+        """Whether a line magic is streamling's own (applied here); IPython's run in the job's driver.
+        What a job cannot run is rejected before anything in the cell is applied."""
         at = self.cell.line(offset)
         if stripped.startswith("!"):
-            raise _CellError(self.error(f"the shell command `{_clip(stripped)}` is not part of a job", at,
-                                        hint=_foreign_hint("!")))
+            self.executed()
+            return False
         if stripped.startswith("%%"):
             raise _CellError(self.error(f"`{stripped.split()[0]}` must be the first line of its cell", at,
                                         hint="move it to the top of the cell, as IPython requires"))
         name, _, rest = stripped[1:].partition(" ")
         rest = rest.strip()
         if name in ("load_ext", "reload_ext") and rest == "streamling":
-            return
-        if name in ("streamling", "config"):
-            return
-        magic = f"%{name} {rest}".strip() if name in ("load_ext", "reload_ext") else f"%{name}"
-        raise _CellError(self.error(f"`{_clip(magic)}` is not part of a job: a job runs the notebook's "
-                                    "%%streamling cells as one pipeline", at, hint=_foreign_hint(f"%{name}")))
+            return True
+        if name == "streamling" or (name == "config" and rest.startswith("StreamlingMagics.")):
+            return True
+        if name == "pip":
+            raise _CellError(self.error("`%pip` does not run in a job: it would install into the environment "
+                                        "streamling itself runs from", at, hint=_foreign_hint("%pip")))
+        if f"%{name}" in LANGUAGE_MAGICS:
+            raise _CellError(self.error(f"`%{name}` must be the first line of its cell", at,
+                                        hint="a language magic applies to the whole cell: start a new cell with it"))
+        self.executed()
+        return False
 
     def line_magic(self, stripped: str, at: int) -> None:
         name, _, rest = stripped[1:].partition(" ")
@@ -459,14 +528,19 @@ class _Compiler:
     # --- Python: parameter declarations ----------------------------------------------------------
 
     def python_steps(self, source: str, lines: list[str]) -> list[tuple[int, tuple[str, list[Any], dict[str, Any]]]]:
-        """The widget calls of a cell that only declares parameters; anything else is an error."""
+        """The parameter declarations of a Python cell, applied here; any other statement (or a
+        declaration whose arguments are computed) makes the notebook one the job's driver executes."""
         if not source.strip():
             return []
         try:
             tree = ast.parse(source)
-        except SyntaxError:
-            first = next((i for i, line in enumerate(lines) if line.strip() and not line.strip().startswith("#")), 0)
-            raise _CellError(self.error(_PYTHON_ONLY, self.cell.line(first), hint=_PYTHON_HINT)) from None
+        except SyntaxError as exc:
+            if _ipython_syntax(source):  # ``x = !ls``, ``obj?`` …: IPython runs it
+                self.executed()
+                return []
+            raise _CellError(self.error(f"invalid Python: {exc.msg}", self.cell.line((exc.lineno or 1) - 1),
+                                        hint="the cell fails in the notebook too: fix it there",
+                                        code="invalid_notebook")) from None
         steps: list[tuple[int, tuple[str, list[Any], dict[str, Any]]]] = []
         for statement in tree.body:
             offset = statement.lineno - 1
@@ -474,7 +548,8 @@ class _Compiler:
                 continue
             call = _widget_call(statement)
             if call is None:
-                raise _CellError(self.error(_PYTHON_ONLY, self.cell.line(offset), hint=_PYTHON_HINT))
+                self.executed()
+                continue
             method, node = call
             try:
                 args = [ast.literal_eval(a) for a in node.args]
@@ -482,10 +557,8 @@ class _Compiler:
                 if any(k.arg is None for k in node.keywords):
                     raise ValueError("**kwargs")
             except ValueError:
-                raise _CellError(self.error(
-                    f"dbutils.widgets.{method}(…) takes literal arguments in a job: the notebook is compiled, "
-                    "not run", self.cell.line(offset), hint=f"write the values out, e.g. dbutils.widgets.{method}"
-                    "('topic', 'orders')")) from None
+                self.executed()  # computed when the notebook runs
+                continue
             steps.append((offset, (method, args, kwargs)))
         return steps
 
@@ -511,7 +584,7 @@ class _Compiler:
 
     def validate(self) -> None:
         if not self.nb.nodes:
-            if not self.problems:
+            if not self.problems and not self.executes:
                 self.problems.append(StreamlingError(
                     "the notebook defines no pipeline", location=Location(self.path.name), code="invalid_notebook",
                     hint="add %%streamling source/transform/sink cells"))
@@ -551,6 +624,17 @@ class _Compiler:
         return Location(self.path.name)
 
 
+def _ipython_syntax(source: str) -> bool:
+    """Whether ``source`` is valid once IPython has transformed its own syntax into Python."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        ast.parse(TransformerManager().transform_cell(source))
+    except SyntaxError:
+        return False
+    return True
+
+
 def _widget_call(statement: ast.stmt) -> tuple[str, ast.Call] | None:
     """``dbutils.widgets.<declaration|remove|removeAll>(…)`` or ``x = dbutils.widgets.get(…)``."""
     if isinstance(statement, ast.Expr):
@@ -571,8 +655,35 @@ def _widget_call(statement: ast.stmt) -> tuple[str, ast.Call] | None:
 
 def _foreign_hint(magic: str) -> str:
     if magic == "%pip":
-        return "declare the package in the job task's libraries in bundle.yml, or tag the cell `interactive`"
+        return ("install the package into the environment the job runs in before deploying, or tag the cell "
+                "`interactive` to keep it for the notebook only")
     return "tag the cell `interactive` to keep it for the notebook only"
+
+
+def run_target(folder: Path, argument: str) -> Path:
+    """The notebook a ``%run <path>`` cell includes, relative to ``folder`` (the including notebook's);
+    Databricks leaves the extension out, so ``.py``, ``.ipynb`` and ``.sql`` are tried."""
+    target = argument.strip()
+    if " " in target and not (target[:1] in "'\"" and target[-1:] == target[:1]):
+        raise StreamlingError(f"`%run {_clip(target)}` passes arguments; an included notebook reads the job's "
+                              "parameters here", hint="drop the arguments and set them as job parameters",
+                              code="notebook_not_a_job")
+    target = target.strip("'\"")
+    if not target:
+        raise StreamlingError("`%run` needs the notebook to include", hint="e.g. %run ./helpers",
+                              code="notebook_not_a_job")
+    if target.startswith("/"):
+        raise StreamlingError(f"`%run {target}` names a workspace path; here a notebook includes files of its bundle "
+                              "by relative path", hint="e.g. %run ./helpers", code="notebook_not_a_job")
+    base = (folder / target).resolve()
+    candidates = [base] if base.suffix in (".py", ".ipynb", ".sql") else [
+        base.with_name(base.name + ext) for ext in (".py", ".ipynb", ".sql")]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise StreamlingError(f"`%run {target}`: no notebook {target} next to this one (tried "
+                              f"{', '.join(c.name for c in candidates)})", hint="check the path, relative to this "
+                              "notebook", code="bundle_missing_file")
+    return found
 
 
 def _clip(text: str, limit: int = 60) -> str:
@@ -599,4 +710,5 @@ def compile_notebook(path: Path, parameters: Mapping[str, str] | None = None) ->
         raise ValidationError(compiler.problems)
     return CompiledNotebook(path=path, document=compiler.nb.document(), application_id=compiler.application_id,
                             config_name=compiler.config_name, parameters=compiler.widgets.defaults(),
-                            run=compiler.run, warnings=compiler.warnings)
+                            run=compiler.run, warnings=compiler.warnings, executes=compiler.executes,
+                            includes=compiler.includes)

@@ -85,9 +85,14 @@ class TaskBuild:
             out.update(application_id=self.application_id, config_name=self.compiled.config_name,
                        run=self.compiled.run, declared_parameters=self.compiled.parameters,
                        sources=self.compiled.document.get("sources") or {})
-        # What the task runs: the compiled pipeline, or the content of the files a plain task is given.
+            if self.compiled.executes:  # its driver runs the notebook's cells (and restarts on redeploy)
+                out["executes"] = True
+        # What the task runs: the compiled pipeline, or the content of the files a plain task is given
+        # (a notebook whose cells run: the notebook and those it includes).
         files = [self.task.python_file] if self.task.python_file else \
             [Path(p) for p in self.task.parameters if p.startswith("/") and Path(p).is_file()]
+        if self.compiled is not None and self.compiled.executes:
+            files = [self.compiled.path, *self.compiled.includes]
         identity = {**out, "pipeline": self.pipeline_yaml, "config": bundle.target.config,
                     "files": {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files if f and f.is_file()}}
         out["fingerprint"] = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -155,6 +155,9 @@ def _notebook_task(ws: Any, version: int, job_key: str, task_key: str, params: d
     from streamling.plugins.discovery import load_plugins
     from streamling.plugins.host import check_configured_plugins
 
+    task = next(t for t in _deployment(ws, ws.root, version)["jobs"][job_key]["tasks"] if t["task_key"] == task_key)
+    if task.get("executes"):
+        return _executed_notebook(ws, version, job_key, task, log_path)
     first = _definition(ws, version, job_key, task_key, params, context)
     os.chdir(first.cwd)
     # As the CLI does: the target's plugin.path (a change to it needs a new driver, see handover)
@@ -164,6 +167,37 @@ def _notebook_task(ws: Any, version: int, job_key: str, task_key: str, params: d
              version, json.dumps(first.values), first.settings.spark.master)
     redeploys = Redeploys(ws, job_key, task_key, params, first, log_path, context) if log_path is not None else None
     return execute(first.spec, first.settings, stop_after_secs=first.seconds, successor=redeploys)
+
+
+def _executed_notebook(ws: Any, version: int, job_key: str, task: dict[str, Any], log_path: Path | None) -> int:
+    """A notebook with Python, SQL or shell cells: its driver runs every cell (``NotebookJob``)."""
+    from streamling.bundle.notebook_job import NotebookJob
+    from streamling.config import deep_merge, env_variables, load_settings
+    from streamling.notebook.dbutils import output_file
+    from streamling.plugins.discovery import load_plugins
+    from streamling.plugins.host import check_configured_plugins
+
+    deployment = _deployment(ws, ws.root, version)
+    cwd = Path(deployment["file_path"]) / Path(task["notebook_path"]).parent
+    cwd.mkdir(parents=True, exist_ok=True)
+    config = deployment.get("config") or {}
+    target = deep_merge(config, {"application_id": task["application_id"],
+                                 "state_dir": config.get("state_dir") or deployment["state_dir"]})
+    # The magics load settings as a notebook does (config file, then STREAMLING__ variables): the
+    # target's settings and this task's checkpoint reach them as variables, the layer users have.
+    os.environ.update(env_variables(target))
+    settings = load_settings(task.get("config_name"), cwd=cwd, overrides=target)
+    load_plugins(settings.plugin.path)
+    check_configured_plugins(settings)
+    if log_path is not None:
+        output_file(log_path).unlink(missing_ok=True)
+    log.info("job task '%s': notebook %s (its cells run), deployment %s, master %s", task["task_key"],
+             task["notebook_path"], version, settings.spark.master)
+    job = NotebookJob(ws.deployment_dir(version) / task["notebook_snapshot"], str(task["notebook_path"]), cwd,
+                      settings, config_name=task.get("config_name"),
+                      output_path=output_file(log_path) if log_path is not None else None,
+                      app_name=f"{job_key}.{task['task_key']}")
+    return job.run()
 
 
 class Redeploys:

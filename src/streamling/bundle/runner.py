@@ -557,6 +557,9 @@ class Runner:
             values = _task_values(attempt.log_path)
             if values:
                 self.store.set_task_values(run_id, key, values)
+            output = _notebook_output(attempt.log_path)
+            if output is not None:
+                message = f"exited: {output if len(output) <= 200 else output[:199] + '…'}"
             self.store.set_task(run_id, key, state="succeeded", ended_at=now, message=message)
             return
         if state == "cancelled" or why == "job_timeout":
@@ -739,6 +742,17 @@ def _task_values(log_path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _notebook_output(log_path: Path) -> str | None:
+    """The value a notebook task exited with (``dbutils.notebook.exit``), None when it did not."""
+    from streamling.notebook.dbutils import output_file
+
+    try:
+        data = json.loads(output_file(log_path).read_text())
+    except (OSError, ValueError):
+        return None
+    return str(data.get("result", "")) if isinstance(data, dict) else None
+
+
 def _unpaused(section: Any) -> bool:
     """A continuous job (its pause status), a schedule or a periodic trigger that should fire."""
     if not section:
@@ -753,6 +767,8 @@ def _why_no_swap(before: dict[str, Any] | None, after: dict[str, Any], status: d
         return "the definition it runs is no longer on record"
     if before["kind"] != "notebook" or after["kind"] != "notebook":
         return "only a notebook task's pipeline can be swapped in a running driver"
+    if before.get("executes") or after.get("executes"):
+        return "the notebook runs Python or SQL cells, which a running driver cannot swap: it restarts"
     if status is None:
         return "its driver does not take new definitions while it runs (an older streamling started it)"
     return None

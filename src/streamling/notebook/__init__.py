@@ -48,11 +48,13 @@ def load_ipython_extension(ipython: Any) -> None:
     from streamling.notebook.dbutils import dbutils
     from streamling.notebook.magics import StreamlingMagics, show_pipeline_error
 
-    ipython.register_magics(StreamlingMagics)
+    if ipython.magics_manager.registry.get("StreamlingMagics") is None:  # a reload keeps the notebook's pipeline
+        ipython.register_magics(StreamlingMagics)
     logger = logging.getLogger("streamling")
     if not any(isinstance(h, NotesHandler) for h in logger.handlers):
         logger.addHandler(NotesHandler())
-    ipython.set_custom_exc((PipelineError,), show_pipeline_error)
+    if PipelineError not in ipython.custom_exceptions:  # a job's driver extends it (streamling.bundle.notebook_job)
+        ipython.set_custom_exc((PipelineError,), show_pipeline_error)
     magics = ipython.magics_manager.registry.get("StreamlingMagics")
     # py4j's and PySpark's own reports of a failure (a Python traceback, a JSON line holding the
     # Java plan) would reach the cell before our one-line error: silenced as the CLI does, and

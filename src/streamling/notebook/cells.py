@@ -24,6 +24,11 @@ import yaml
 
 from streamling.errors import StreamlingError
 
+#: ``%streamling`` commands that only show something in the notebook: a job skips them
+DISPLAY_COMMANDS = frozenset({"validate", "show", "yaml", "preview", "display", "capture", "debug", "export"})
+#: ``%streamling`` commands that manage a notebook run
+RUN_CONTROL_COMMANDS = frozenset({"wait", "stop", "status"})
+
 USAGE = """\
 %%streamling source NAME [--type T]                 body: the node's YAML keys
 %%streamling transform NAME [--from A[,B]] [--type sql|script|…] [--language javascript|typescript]

@@ -46,6 +46,11 @@ def values_file(log_path: Path | str) -> Path:
     return Path(f"{log_path}.values.json")
 
 
+def output_file(log_path: Path | str) -> Path:
+    """Where a notebook task's attempt leaves the value it exited with (``dbutils.notebook.exit``)."""
+    return Path(f"{log_path}.output.json")
+
+
 class InputWidgetNotDefined(LookupError):
     """``dbutils.widgets.get`` of a name no widget declares and no job parameter sets."""
 
@@ -258,6 +263,33 @@ class TaskValues:
                          "this task)")
 
 
+class NotebookExit(Exception):  # noqa: N818 - Databricks' verb, not an error
+    """``dbutils.notebook.exit(value)``: the notebook ends here, successfully, with ``value``."""
+
+    def __init__(self, value: str) -> None:
+        super().__init__(value)
+        self.value = value
+
+
+class Notebook:
+    """``dbutils.notebook``: ``exit`` ends the notebook with a value (a job task succeeds with it,
+    and Run All stops at it); ``run`` runs another notebook where a job's driver provides it
+    (``streamling.bundle.notebook_job``)."""
+
+    #: set by the job's driver: runs a notebook and returns its exit value
+    runner: Any = None
+
+    def exit(self, value: Any) -> None:
+        raise NotebookExit("" if value is None else str(value))
+
+    def run(self, path: str, timeout_seconds: int = 0, arguments: Mapping[str, Any] | None = None) -> str:
+        if self.runner is None:
+            raise StreamlingError("dbutils.notebook.run runs a notebook as part of a job here: it is not available "
+                                  "in an interactive notebook", hint="use %run to include a notebook's cells, or "
+                                  "run this notebook as a bundle job")
+        return str(self.runner(path, timeout_seconds, dict(arguments or {})))
+
+
 class Jobs:
     """``dbutils.jobs``."""
 
@@ -273,9 +305,11 @@ class DBUtils:
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self.widgets = Widgets(environ)
         self.jobs = Jobs(environ)
+        self.notebook = Notebook()
 
     def __repr__(self) -> str:
-        return "<streamling dbutils (widgets, jobs.taskValues): the local stand-in for Databricks' dbutils>"
+        return ("<streamling dbutils (widgets, jobs.taskValues, notebook): the local stand-in for Databricks' "
+                "dbutils>")
 
 
 #: The notebook's ``dbutils`` when the kernel has none (see ``load_ipython_extension``).

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import logging
 import threading
 from collections.abc import Mapping
 from typing import Any, TextIO, cast
@@ -24,10 +25,12 @@ from traitlets import Bool, Int, Unicode, observe
 
 from streamling.errors import StreamlingError, ValidationError, java_message
 from streamling.notebook import render
-from streamling.notebook.cells import USAGE, PipelineError, cell_node, has_references, parse_line
+from streamling.notebook.cells import DISPLAY_COMMANDS, USAGE, PipelineError, cell_node, has_references, parse_line
 from streamling.notebook.checks import CellCheck, check_node
 from streamling.notebook.session import DebugResult, NotebookPipeline, Preview, problems_of
 from streamling.spec.pipeline import Kind
+
+log = logging.getLogger("streamling.notebook")
 
 __all__ = ["USAGE", "PipelineError", "StreamlingMagics", "one_line", "show_pipeline_error"]
 
@@ -89,6 +92,7 @@ class StreamlingMagics(Magics):
         config=True)
     monitor = Bool(True, help="show the live monitor widget when a pipeline starts").tag(config=True)
     sample_rows = Int(20, help="rows sampled per node per epoch for the monitor and debugging").tag(config=True)
+    in_job = Bool(False, help="the notebook runs as a job task: display-only commands and reset are skipped")
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
@@ -193,6 +197,14 @@ class StreamlingMagics(Magics):
     def _line(self, args: argparse.Namespace) -> Any:
         command = args.command
         nb = self.pipeline
+        if self.in_job and (command in DISPLAY_COMMANDS or command == "reset"):
+            # as in a job whose notebook is compiled: only the notebook shows these, and a job never
+            # deletes its checkpoints
+            (log.warning if command == "reset" else log.info)(
+                "`%%streamling %s` is skipped in a job%s", command,
+                ": a job never deletes its checkpoints (start over with a new application_id)" if command == "reset"
+                else " (it only shows something in the notebook)")
+            return None
         if command == "validate":
             return self._validated()
         if command == "yaml":
