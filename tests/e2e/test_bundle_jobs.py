@@ -142,6 +142,27 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
                 - task_key: main
                   timeout_seconds: 1
                   spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'stuck.jsonl'}", "60"]}}
+            caller:
+              parameters: [{{name: name, default: caller-default}}]
+              tasks:
+                - task_key: call
+                  run_job_task: {{job_id: "${{resources.jobs.chain.id}}",
+                                  job_parameters: {{who: "{{{{job.parameters.name}}}}"}}}}
+                - task_key: after
+                  depends_on: [{{task_key: call}}]
+                  spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'caller.jsonl'}"]}}
+            broken_caller:
+              tasks:
+                - task_key: call
+                  run_job_task: {{job_id: "${{resources.jobs.branch.id}}", job_parameters: {{threshold: lots}}}}
+            waiter:
+              tasks:
+                - task_key: call
+                  run_job_task: {{job_id: "${{resources.jobs.sleeper.id}}"}}
+            sleeper:
+              tasks:
+                - task_key: main
+                  spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'sleeper.jsonl'}", "60"]}}
             ticking:
               schedule: {{quartz_cron_expression: "0/2 * * * * ?", timezone_id: Europe/Paris, pause_status: PAUSED}}
               tasks:
@@ -252,6 +273,37 @@ def test_retries_dependencies_parameters_concurrency_timeouts_and_notifications(
     stored = b"".join(f.read_bytes() for f in (project.parent / "root").rglob("*")
                       if f.is_file() and (f.name.startswith("runs.db") or f.suffix in (".log", ".exit")))
     assert b"hook-secret" not in stored and b"hook-token" not in stored
+
+
+def test_run_job_tasks_run_another_job_with_parameters_and_follow_it(project: Path) -> None:
+    out = project.parent / "out"
+    assert bundle(project, "deploy").returncode == 0
+    called = bundle(project, "run", "caller", "--param", "name=ada")
+    assert called.returncode == 0, called.stderr
+    [caller] = runs(project, "caller")
+    [chain] = runs(project, "chain")  # the run the task started, with the caller's parameter
+    assert chain["trigger"] == "run_job" and chain["state"] == "succeeded"
+    assert {t["task_key"]: t["message"] for t in caller["tasks"]}["call"] == \
+        f"run {chain['run_id']} of job 'chain' succeeded"
+    records = [json.loads(line) for line in (out / "chain.jsonl").read_text().splitlines()]
+    assert {r["params"]["who"] for r in records} == {"ada"} and "who=ada" in records[-1]["args"]
+    assert (out / "caller.jsonl").exists()  # the task after it ran once it had succeeded
+
+    broken = bundle(project, "run", "broken_caller")
+    assert broken.returncode == 1
+    [failed] = runs(project, "broken_caller")
+    message = {t["task_key"]: t["message"] for t in failed["tasks"]}["call"]
+    assert message.startswith("run ") and "of job 'branch' failed" in message and "'lots' is not one" in message
+
+    assert bundle(project, "run", "waiter", "--no-wait").returncode == 0
+    sleeping = wait_for(lambda: next((r for r in runs(project, "sleeper") if r["state"] == "running"), None), 60,
+                        "the called job to run")
+    [waiter] = runs(project, "waiter")
+    assert bundle(project, "cancel", str(waiter["run_id"])).returncode == 0
+    wait_for(lambda: runs(project, "sleeper")[-1]["state"] == "cancelled", 60, "the called run to be cancelled")
+    assert runs(project, "sleeper")[-1]["run_id"] == sleeping["run_id"]
+    assert wait_for(lambda: runs(project, "waiter")[-1]["state"] != "running" and runs(project, "waiter")[-1], 60,
+                    "the calling run to end")["state"] == "cancelled"
 
 
 def test_a_deploy_that_changes_nothing_is_a_no_op(project: Path) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamling.bundle.notebook_job import _describe, split_sql
+from streamling.bundle.notebook_job import _describe, bind_parameters, split_sql
 from streamling.errors import StreamlingError
 from streamling.notebook.cells import PipelineError
 
@@ -24,3 +24,11 @@ def test_a_failed_cell_is_described_in_one_line() -> None:
     assert _describe(ValueError("first\nsecond")) == "ValueError: first"
     assert _describe(PipelineError("Node 'x': bad")) == "Node 'x': bad"
     assert _describe(StreamlingError("no such topic", hint="create it")) == "no such topic — create it"
+
+
+def test_parameters_bind_as_literals_outside_strings_and_as_text_in_legacy_references() -> None:
+    values = {"floor": "100", "who": "o'brien", "path": "/data/lake"}
+    assert bind_parameters("SELECT * FROM delta.`${path}` WHERE amount >= :floor AND who = :who "
+                           "AND note = ':floor' AND x::int = 1 AND y = :unknown", values) == (
+        "SELECT * FROM delta.`/data/lake` WHERE amount >= '100' AND who = 'o\\'brien' "
+        "AND note = ':floor' AND x::int = 1 AND y = :unknown")

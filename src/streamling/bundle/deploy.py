@@ -81,6 +81,10 @@ class TaskBuild:
             out["outcomes"] = dict(self.task.outcomes)
         if self.task.run_if != "ALL_SUCCESS":
             out["run_if"] = self.task.run_if
+        if self.task.sql_file is not None:
+            out["sql_file"] = _rel(self.task.sql_file, bundle.root)
+        if self.task.run_job is not None:
+            out["run_job"] = {"job": self.task.run_job, "parameters": dict(self.task.job_parameters)}
         if self.compiled is not None:
             out.update(application_id=self.application_id, config_name=self.compiled.config_name,
                        run=self.compiled.run, declared_parameters=self.compiled.parameters,
@@ -89,8 +93,8 @@ class TaskBuild:
                 out["executes"] = True
         # What the task runs: the compiled pipeline, or the content of the files a plain task is given
         # (a notebook whose cells run: the notebook and those it includes).
-        files = [self.task.python_file] if self.task.python_file else \
-            [Path(p) for p in self.task.parameters if p.startswith("/") and Path(p).is_file()]
+        files = [self.task.python_file] if self.task.python_file else [self.task.sql_file] if self.task.sql_file \
+            else [Path(p) for p in self.task.parameters if p.startswith("/") and Path(p).is_file()]
         if self.compiled is not None and self.compiled.executes:
             files = [self.compiled.path, *self.compiled.includes]
         identity = {**out, "pipeline": self.pipeline_yaml, "config": bundle.target.config,

@@ -61,6 +61,8 @@ def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict
     files = Path(deployment["file_path"])
     if task["kind"] == "notebook":
         return _notebook_task(ws, version, job_key, task_key, params, log_path, context)
+    if task["kind"] == "sql":
+        return _executed_notebook(ws, version, job_key, task, log_path)
     # A plain CLI task gets the target's settings as STREAMLING__ variables (the same layer users
     # have), with checkpoints under the target root rather than next to wherever it runs.
     from streamling.config import env_variables
@@ -170,7 +172,10 @@ def _notebook_task(ws: Any, version: int, job_key: str, task_key: str, params: d
 
 
 def _executed_notebook(ws: Any, version: int, job_key: str, task: dict[str, Any], log_path: Path | None) -> int:
-    """A notebook with Python, SQL or shell cells: its driver runs every cell (``NotebookJob``)."""
+    """A notebook with Python, SQL or shell cells, or a SQL task's file: its driver runs every cell
+    (``NotebookJob``; a SQL file is one SQL cell) on a SparkSession built with the target's settings."""
+    from streamling.bundle.compile import Cell
+    from streamling.bundle.deploy import default_application_id
     from streamling.bundle.notebook_job import NotebookJob
     from streamling.config import deep_merge, env_variables, load_settings
     from streamling.notebook.dbutils import output_file
@@ -178,10 +183,18 @@ def _executed_notebook(ws: Any, version: int, job_key: str, task: dict[str, Any]
     from streamling.plugins.host import check_configured_plugins
 
     deployment = _deployment(ws, ws.root, version)
-    cwd = Path(deployment["file_path"]) / Path(task["notebook_path"]).parent
+    files = Path(deployment["file_path"])
+    if task["kind"] == "sql":
+        path, name = files / task["sql_file"], str(task["sql_file"])
+        cells: list[Cell] | None = [Cell(1, "code", path.read_text(encoding="utf-8"), default_language="sql")]
+    else:
+        path, name, cells = ws.deployment_dir(version) / task["notebook_snapshot"], str(task["notebook_path"]), None
+    cwd = files / Path(name).parent
     cwd.mkdir(parents=True, exist_ok=True)
     config = deployment.get("config") or {}
-    target = deep_merge(config, {"application_id": task["application_id"],
+    application_id = task.get("application_id") or default_application_id(
+        str(deployment.get("name") or "bundle"), job_key, task["task_key"])
+    target = deep_merge(config, {"application_id": application_id,
                                  "state_dir": config.get("state_dir") or deployment["state_dir"]})
     # The magics load settings as a notebook does (config file, then STREAMLING__ variables): the
     # target's settings and this task's checkpoint reach them as variables, the layer users have.
@@ -191,12 +204,11 @@ def _executed_notebook(ws: Any, version: int, job_key: str, task: dict[str, Any]
     check_configured_plugins(settings)
     if log_path is not None:
         output_file(log_path).unlink(missing_ok=True)
-    log.info("job task '%s': notebook %s (its cells run), deployment %s, master %s", task["task_key"],
-             task["notebook_path"], version, settings.spark.master)
-    job = NotebookJob(ws.deployment_dir(version) / task["notebook_snapshot"], str(task["notebook_path"]), cwd,
-                      settings, config_name=task.get("config_name"),
+    log.info("job task '%s': %s %s (its cells run), deployment %s, master %s", task["task_key"],
+             "SQL file" if cells else "notebook", name, version, settings.spark.master)
+    job = NotebookJob(path, name, cwd, settings, config_name=task.get("config_name"),
                       output_path=output_file(log_path) if log_path is not None else None,
-                      app_name=f"{job_key}.{task['task_key']}")
+                      app_name=f"{job_key}.{task['task_key']}", cells=cells)
     return job.run()
 
 

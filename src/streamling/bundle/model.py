@@ -39,8 +39,9 @@ from streamling.util import did_you_mean
 
 BUNDLE_FILES = ("bundle.yml", "bundle.yaml", "databricks.yml", "databricks.yaml")
 NOTEBOOK_HEADER = "# Databricks notebook source"
-PAYLOADS = ("notebook_task", "spark_python_task", "python_wheel_task", "condition_task")
-UNSUPPORTED_PAYLOADS = ("pipeline_task", "sql_task", "run_job_task", "for_each_task", "dbt_task",
+SQL_NOTEBOOK_HEADER = "-- Databricks notebook source"
+PAYLOADS = ("notebook_task", "spark_python_task", "python_wheel_task", "condition_task", "sql_task", "run_job_task")
+UNSUPPORTED_PAYLOADS = ("pipeline_task", "for_each_task", "dbt_task",
                         "spark_jar_task", "spark_submit_task", "clean_rooms_notebook_task", "dashboard_task",
                         "power_bi_task", "gen_ai_compute_task", "alert_task")
 PauseStatus = Literal["PAUSED", "UNPAUSED"]
@@ -56,7 +57,7 @@ class Task:
 
     key: str
     depends_on: list[str]
-    kind: Literal["notebook", "spark_python", "python_wheel", "condition"]
+    kind: Literal["notebook", "spark_python", "python_wheel", "condition", "sql", "run_job"]
     notebook_path: Path | None  #: absolute, resolved relative to the YAML file that declares it
     base_parameters: dict[str, str]
     python_file: Path | None  #: absolute, resolved relative to its YAML file
@@ -72,6 +73,11 @@ class Task:
     condition: dict[str, str] | None = None
     #: dependency → the outcome ("true"/"false") of that condition task this task runs on
     outcomes: dict[str, str] = field(default_factory=dict)
+    #: a SQL task's file (absolute, resolved relative to its YAML file); its parameters are ``base_parameters``
+    sql_file: Path | None = None
+    #: a run-job task: the job it runs (a key of this bundle's jobs) and that run's job parameters
+    run_job: str | None = None
+    job_parameters: dict[str, str] = field(default_factory=dict)
     run_if: str = "ALL_SUCCESS"
 
 
@@ -211,6 +217,13 @@ _TASK = _Map({
     "python_wheel_task": _Map({"package_name": None, "entry_point": None, "parameters": _List(None),
                                "named_parameters": _Named(None)}),
     "condition_task": _Map({"op": None, "left": None, "right": None}), "run_if": None,
+    "sql_task": _Map({"file": _Map({"path": None, "source": None}), "parameters": _Named(None)},
+                     {"warehouse_id": "SQL runs on the target's Spark, not on a SQL warehouse"},
+                     rejected=("query", "dashboard", "alert")),
+    "run_job_task": _Map({"job_id": None, "job_parameters": _Named(None)},
+                         {"pipeline_params": "pipelines are not deployed here"},
+                         rejected=("notebook_params", "python_params", "jar_params", "python_named_params",
+                                   "spark_submit_params", "sql_params", "dbt_commands")),
     "max_retries": None, "min_retry_interval_millis": None, "retry_on_timeout": None, "timeout_seconds": None,
 }, {
     "libraries": _LIBS, "environment_key": _LIBS, "job_cluster_key": _COMPUTE, "existing_cluster_id": _COMPUTE,
@@ -776,6 +789,7 @@ class _Builder:
         self.check_config(config)
         self.check_runner_store(config, environ)
         built = {str(k): self.job(str(k), res.tree(f"resources.jobs.{k}", v, _JOB)) for k, v in jobs.items()}
+        self.check_run_jobs({k: v for k, v in built.items() if v is not None})
         target = Target(self.target, self.mode, root_path, root_raw is not None, file_path, config)
         return Bundle(bundle_name, ctx.root, target, {k: v for k, v in values.items() if v is not None},
                       {k: v for k, v in built.items() if v is not None}, [f.path for f in ctx.files], self.user,
@@ -1061,10 +1075,13 @@ class _Builder:
                 spec = _dict(_dict(item).get(kind))
                 places += [(f"{path}.tasks.{i}.{kind}.base_parameters.{k}", v, before)
                            for k, v in _dict(spec.get("base_parameters")).items()]
+                named = _dict(spec.get("parameters"))  # a SQL task's parameters are named
                 places += [(f"{path}.tasks.{i}.{kind}.parameters.{j}", v, before)
-                           for j, v in enumerate(_list(spec.get("parameters")))]
+                           for j, v in (named.items() if named else enumerate(_list(spec.get("parameters"))))]
                 places += [(f"{path}.tasks.{i}.{kind}.named_parameters.{k}", v, before)
                            for k, v in _dict(spec.get("named_parameters")).items()]
+                places += [(f"{path}.tasks.{i}.{kind}.job_parameters.{k}", v, before)
+                           for k, v in _dict(spec.get("job_parameters")).items()]
                 places += [(f"{path}.tasks.{i}.{kind}.{side}", spec.get(side), before) for side in ("left", "right")]
         for where, value, before in places:
             if isinstance(value, str):
@@ -1084,14 +1101,15 @@ class _Builder:
         for payload in UNSUPPORTED_PAYLOADS:
             if payload in body:
                 self.add(f"{path}.{payload}", f"{payload} is not supported", code="bundle_unsupported",
-                         hint="use notebook_task, spark_python_task or python_wheel_task")
+                         hint="use notebook_task, spark_python_task, python_wheel_task, sql_task or run_job_task")
         given = [p for p in body if p in PAYLOADS or p in UNSUPPORTED_PAYLOADS]
         if len(given) > 1:
             self.add(f"{path}.{given[1]}", f"has {len(given)} payloads ({', '.join(given)}); a task runs exactly one",
                      hint="split it into tasks ordered with depends_on")
         elif not given:
             self.add(path, "has nothing to run",
-                     hint="give it a notebook_task, spark_python_task, python_wheel_task or condition_task")
+                     hint="give it a notebook_task, spark_python_task, python_wheel_task, sql_task, run_job_task "
+                          "or condition_task")
         depends = [dep for i, item in enumerate(_list(body.get("depends_on")))
                    if (dep := self.str_(_dict(item), "task_key", f"{path}.depends_on.{i}", required=True))]
         outcomes: dict[str, str] = {}
@@ -1111,8 +1129,10 @@ class _Builder:
         kind = next((p for p in PAYLOADS if p in body), "notebook_task")
         where = f"{path}.{kind}"
         spec = _dict(body.get(kind))
-        notebook = python_file = package = entry = None
+        notebook = python_file = package = entry = sql_file = run_job = None
         condition: dict[str, str] | None = None
+        job_parameters: dict[str, str] = {}
+        base_parameters = self.strings(spec, "base_parameters", where)
         parameters = [_text(p) for p in _list(spec.get("parameters"))]
         if kind == "notebook_task" and "notebook_task" in body:
             raw = self.str_(spec, "notebook_path", where, required=True)
@@ -1144,11 +1164,34 @@ class _Builder:
                          hint="left and right are values or references such as {{tasks.t.values.rows}}")
             if op in CONDITION_OPS and not missing:
                 condition = {"op": op, "left": _text(spec["left"]), "right": _text(spec["right"])}
+        elif kind == "sql_task":
+            for other in ("query", "dashboard", "alert"):
+                if other in spec:
+                    self.add(f"{where}.{other}", f"sql_task.{other} is not supported here: a SQL task runs a file "
+                             "of statements on the target's Spark", hint="sql_task: {file: {path: ./report.sql}}",
+                             code="bundle_unsupported")
+            if "file" not in spec and not any(o in spec for o in ("query", "dashboard", "alert")):
+                self.add(where, "sql_task has no file: a SQL task runs a file of statements here",
+                         hint="sql_task: {file: {path: ./report.sql}}")
+            elif "file" in spec:
+                raw = self.str_(_dict(spec.get("file")), "path", f"{where}.file", required=True)
+                sql_file = self.sql_file(f"{where}.file.path", raw) if raw is not None else None
+            base_parameters = self.strings(spec, "parameters", where)
+            parameters = []
+        elif kind == "run_job_task":
+            for other in ("notebook_params", "python_params", "jar_params", "python_named_params",
+                          "spark_submit_params", "sql_params", "dbt_commands"):
+                if other in spec:
+                    self.add(f"{where}.{other}", f"run_job_task.{other} is not supported here",
+                             hint="pass the run's values as job_parameters (the job declares them as parameters)",
+                             code="bundle_unsupported")
+            run_job = self.str_(spec, "job_id", where, required=True)
+            job_parameters = self.strings(spec, "job_parameters", where)
         return Task(
             key=key, depends_on=depends,
-            kind=cast(Literal["notebook", "spark_python", "python_wheel", "condition"], kind[:-5]),
-            condition=condition, outcomes=outcomes, run_if=run_if,
-            notebook_path=notebook, base_parameters=self.strings(spec, "base_parameters", where),
+            kind=cast(Literal["notebook", "spark_python", "python_wheel", "condition", "sql", "run_job"], kind[:-5]),
+            condition=condition, outcomes=outcomes, run_if=run_if, sql_file=sql_file, run_job=run_job,
+            job_parameters=job_parameters, notebook_path=notebook, base_parameters=base_parameters,
             python_file=python_file, package_name=package, entry_point=entry, parameters=parameters,
             max_retries=self.int_(body, "max_retries", path, 0, -1),
             min_retry_interval_millis=self.int_(body, "min_retry_interval_millis", path, 0, 0),
@@ -1171,24 +1214,34 @@ class _Builder:
 
     def notebook(self, path: str, raw: str) -> Path | None:
         resolved, shown, hint = self.locate(path, raw, "notebook_path")
-        candidates = [resolved] if resolved.suffix in (".ipynb", ".py") else [
-            resolved.with_name(resolved.name + ext) for ext in (".ipynb", ".py")]  # the extension may be left out
+        # the extension may be left out
+        candidates = [resolved] if resolved.suffix in (".ipynb", ".py", ".sql") else [
+            resolved.with_name(resolved.name + ext) for ext in (".ipynb", ".py", ".sql")]
         found = next((c for c in candidates if c.is_file()), None)
         if found is None:
-            tried = " (tried .ipynb and .py)" if len(candidates) > 1 else ""
+            tried = " (tried .ipynb, .py and .sql)" if len(candidates) > 1 else ""
             self.add(path, f"notebook {shown} does not exist{tried}", hint=hint, code="bundle_missing_file")
             return None
         if not self.inside(path, found, "notebook"):
             return None
-        if found.suffix == ".py":
+        if found.suffix in (".py", ".sql"):
+            header = NOTEBOOK_HEADER if found.suffix == ".py" else SQL_NOTEBOOK_HEADER
             with found.open(encoding="utf-8", errors="replace") as handle:
                 first = handle.readline().lstrip("\ufeff").rstrip()
-            if first != NOTEBOOK_HEADER:
+            if first != header:
                 self.add(path, f"{_rel(found, self.ctx.root)} is not a notebook: a source notebook starts with "
-                               f"'{NOTEBOOK_HEADER}'",
-                         hint="add that line at the top, or run the file as spark_python_task.python_file")
+                               f"'{header}'", hint="add that line at the top" + (
+                                   ", or run the file as spark_python_task.python_file" if found.suffix == ".py" else
+                                   ""))
                 return None
         return found
+
+    def sql_file(self, path: str, raw: str) -> Path | None:
+        resolved, shown, hint = self.locate(path, raw, "sql_task.file.path")
+        if not resolved.is_file():
+            self.add(path, f"SQL file {shown} does not exist", hint=hint, code="bundle_missing_file")
+            return None
+        return resolved if self.inside(path, resolved, "SQL file") else None
 
     def python_file(self, path: str, raw: str) -> Path | None:
         resolved, shown, hint = self.locate(path, raw, "python_file")
@@ -1196,6 +1249,43 @@ class _Builder:
             self.add(path, f"python file {shown} does not exist", hint=hint, code="bundle_missing_file")
             return None
         return resolved if self.inside(path, resolved, "python file") else None
+
+    def check_run_jobs(self, jobs: Mapping[str, Job]) -> None:
+        """Each run_job_task names a job of this bundle with the parameters it declares, and no job
+        ends up running itself (``a -> b -> a``), which would never finish."""
+        calls: dict[str, list[str]] = {}
+        for key, job in jobs.items():
+            for i, task in enumerate(job.tasks):
+                if task.run_job is None:
+                    continue
+                where = f"resources.jobs.{key}.tasks.{i}.run_job_task"
+                target = jobs.get(task.run_job)
+                if target is None:
+                    self.ctx.add(f"{where}.job_id", f"runs job '{task.run_job}', which this bundle "
+                                 f"does not define{did_you_mean(task.run_job, list(jobs))}",
+                                 hint="job_id: ${resources.jobs.<key>.id}", node=task.key, node_kind="task")
+                    continue
+                calls.setdefault(key, []).append(task.run_job)
+                for name in task.job_parameters:
+                    if name not in target.parameters:
+                        self.ctx.add(f"{where}.job_parameters.{name}", f"job '{task.run_job}' declares no parameter "
+                                     f"'{name}'{did_you_mean(name, list(target.parameters))}",
+                                     hint=f"declare it in job '{task.run_job}' (parameters: [{{name: {name}, "
+                                          "default: …}]) or drop it", node=task.key, node_kind="task")
+        for start in calls:
+            todo, seen = [(start, [start])], set()
+            while todo:
+                node, trail = todo.pop()
+                for callee in calls.get(node, []):
+                    if callee == start:
+                        self.ctx.add(f"resources.jobs.{start}", "jobs run each other in a cycle: "
+                                     f"{' -> '.join(trail + [start])}", hint="a run_job_task may not lead back to "
+                                     "its own job", code="bundle_cycle")
+                        todo = []
+                        break
+                    if callee not in seen:
+                        seen.add(callee)
+                        todo.append((callee, trail + [callee]))
 
     def check_graph(self, job: str, path: str, tasks: list[Task]) -> None:
         """Unique task keys, dependencies inside the job, and no cycles (reported as ``a -> b -> a``)."""

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,40 +60,70 @@ class CellFailed(StreamlingError):
     """A cell of the notebook raised: the task fails with the cell and the error's first line."""
 
 
-def split_sql(text: str) -> list[str]:
-    """The statements of a SQL cell: split at ``;`` outside quotes, identifiers and comments."""
-    statements: list[str] = []
-    current: list[str] = []
-    i, quote = 0, ""
-    while i < len(text):
+def _scan(text: str) -> Iterator[tuple[int, int, str]]:
+    """``text`` as pieces ``(start, end, kind)``: ``code``, ``quoted`` (a string or a quoted
+    identifier, quotes included) or ``comment``; a backslash escapes in strings as Spark reads them."""
+    i, start, n = 0, 0, len(text)
+    while i < n:
         ch = text[i]
-        if quote:
-            current.append(ch)
-            if ch == "\\" and quote != "`" and i + 1 < len(text):
-                current.append(text[i + 1])
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "'\"`":
-            quote = ch
-            current.append(ch)
-        elif text.startswith("--", i):
-            end = text.find("\n", i)
-            i = len(text) if end < 0 else end
+        if ch in "'\"`" or text.startswith(("--", "/*"), i):
+            if start < i:
+                yield start, i, "code"
+            if ch in "'\"`":
+                j = i + 1
+                while j < n and text[j] != ch:
+                    j += 2 if text[j] == "\\" and ch != "`" else 1
+                yield i, min(j + 1, n), "quoted"
+                i = start = min(j + 1, n)
+            else:
+                end = text.find("\n", i) if ch == "-" else text.find("*/", i + 2)
+                end = n if end < 0 else end + (0 if ch == "-" else 2)
+                yield i, end, "comment"
+                i = start = end
             continue
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = len(text) if end < 0 else end + 2
+        i += 1
+    if start < n:
+        yield start, n, "code"
+
+
+def split_sql(text: str) -> list[str]:
+    """The statements of a SQL cell: split at ``;`` outside quotes, identifiers and comments
+    (comments are dropped)."""
+    statements, current = [], []
+    for start, end, kind in _scan(text):
+        if kind == "comment":
             current.append(" ")
             continue
-        elif ch == ";":
+        piece = text[start:end]
+        if kind == "quoted":
+            current.append(piece)
+            continue
+        parts = piece.split(";")
+        current.append(parts[0])
+        for part in parts[1:]:
             statements.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-        i += 1
+            current = [part]
     statements.append("".join(current))
     return [s.strip() for s in statements if s.strip()]
+
+
+def bind_parameters(statement: str, values: Mapping[str, str]) -> str:
+    """Databricks' parameters in a SQL statement: ``${name}`` is replaced by the value as text (its
+    legacy form, anywhere), and a ``:name`` marker outside strings by the value as a string literal.
+    Spark would bind markers itself, but Delta's session extension breaks ``spark.sql(args=…)``."""
+    text = _LEGACY_PARAMETER.sub(lambda m: values.get(m.group(1), m.group(0)), statement)
+    out = []
+    for start, end, kind in _scan(text):
+        piece = text[start:end]
+        if kind == "code":
+            piece = _PARAMETER_MARKER.sub(lambda m: _literal(values[m.group(1)]) if m.group(1) in values
+                                          else m.group(0), piece)
+        out.append(piece)
+    return "".join(out)
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 _LEGACY_PARAMETER = re.compile(r"\$\{(\w+)\}")
@@ -104,8 +134,10 @@ class NotebookJob:
     """Runs one notebook's cells in this process (see the module's docstring)."""
 
     def __init__(self, path: Path, name: str, folder: Path, settings: Settings, config_name: str | None = None,
-                 output_path: Path | None = None, app_name: str = "streamling-job") -> None:
+                 output_path: Path | None = None, app_name: str = "streamling-job",
+                 cells: list[Cell] | None = None) -> None:
         self.path = path  # the deployed snapshot
+        self.cells = cells  # given: not read from ``path`` (a SQL task's file is one SQL cell)
         self.name = name  # as the bundle names it
         self.folder = folder  # its folder of the synced files: relative paths and %run resolve there
         self.settings = settings
@@ -130,7 +162,7 @@ class NotebookJob:
             self._ended.set()
 
     def _run(self) -> int:
-        cells = read_notebook(self.path)
+        cells = self.cells if self.cells is not None else read_notebook(self.path)
         self._start_shell()
         log.info("notebook %s: running %d cells", self.name, sum(1 for c in cells if c.kind == "code"))
         try:
@@ -260,9 +292,7 @@ class NotebookJob:
         values = dbutils.widgets.getAll()
         result: DataFrame | None = None
         for statement in split_sql(body):
-            text = _LEGACY_PARAMETER.sub(lambda m: values.get(m.group(1), m.group(0)), statement)
-            args = {k: values[k] for k in _PARAMETER_MARKER.findall(text) if k in values}
-            result = self.spark.sql(text, args=args or None)
+            result = self.spark.sql(bind_parameters(statement, values))
         if result is not None:
             self.shell.user_ns["_sqldf"] = result
             if result.columns and not result.isStreaming:
@@ -454,4 +484,4 @@ def _provide_databricks_runtime(namespace: dict[str, Any]) -> None:
     sys.modules["databricks.sdk.runtime"] = runtime
 
 
-__all__ = ["CellFailed", "NotebookJob", "split_sql"]
+__all__ = ["CellFailed", "NotebookJob", "bind_parameters", "split_sql"]

@@ -368,6 +368,11 @@ class Runner:
         for task in self.store.tasks(run_id):
             if task["state"] in ("pending", "waiting_retry"):
                 self.store.set_task(run_id, task["task_key"], state="cancelled", ended_at=time.time())
+        for child in self.store.child_runs(run_id):  # what its run_job tasks started goes with it
+            if child["state"] in ("pending", "running"):
+                self._cancel_run(int(child["id"]), f"run {run_id}, which started it, was cancelled")
+                self.store.set_task(run_id, str(child["parent_task"]), state="cancelled", ended_at=time.time(),
+                                    message="cancelled")
         self.store.set_run(run_id, message=message)
         if not running:
             self._finish_run(run_id, "cancelled", message)
@@ -530,6 +535,56 @@ class Runner:
         log.info("run %d condition task '%s': %r %s %r is %s", run_id, task_key, left, condition["op"], right,
                  str(outcome).lower())
 
+    def _start_child_run(self, run_id: int, job_key: str, task_key: str, params: dict[str, str], now: float) -> None:
+        """A run_job_task: a run of the job it names, with its job_parameters (references filled in);
+        the task follows that run (``_follow_child_run``) and ends as it ends."""
+        from streamling.bundle.references import RunContext, job_parameter_values, resolve
+
+        assert self.deployment is not None and self.version is not None
+        job = self.deployment["jobs"][job_key]
+        spec = next(t for t in job["tasks"] if t["task_key"] == task_key)["run_job"]
+        number = int(self.store.query("SELECT attempts FROM tasks WHERE run_id=? AND task_key=?",
+                                      (run_id, task_key))[0]["attempts"]) + 1
+        child_job = self.deployment["jobs"].get(spec["job"])
+        try:
+            if child_job is None:
+                raise StreamlingError(f"job '{spec['job']}' is not deployed")
+            context = RunContext(**self._context(run_id, job_key, task_key, 0, number))
+            values = job_parameter_values(job, params)
+            child_params = {k: resolve(str(v), context, values) for k, v in spec["parameters"].items()}
+        except StreamlingError as exc:
+            self.store.set_task(run_id, task_key, state="failed", attempts=number, started_at=now, ended_at=now,
+                                message=exc.headline())
+            return
+        child = self.store.create_run(spec["job"], self.version, "run_job", child_params,
+                                      [t["task_key"] for t in child_job["tasks"]], parent=(run_id, task_key))
+        self.store.set_task(run_id, task_key, state="running", attempts=number, started_at=now, retry_at=None,
+                            message=f"runs job '{spec['job']}' as run {child}")
+        log.info("run %d task '%s' runs job '%s' as run %d (parameters %s)", run_id, task_key, spec["job"], child,
+                 json.dumps(child_params))
+
+    def _follow_child_run(self, run_id: int, task_key: str, record: dict[str, Any], now: float) -> None:
+        """A run_job_task ends as the run it started ends (and is retried as any task)."""
+        children = self.store.child_runs(run_id, task_key)
+        if children and children[0]["state"] in ("pending", "running"):
+            return
+        child = children[0] if children else None
+        if child is not None and child["state"] == "succeeded":
+            self.store.set_task(run_id, task_key, state="succeeded", ended_at=now,
+                                message=f"run {child['id']} of job '{child['job_key']}' succeeded")
+            return
+        message = "the run it started is gone" if child is None else \
+            f"run {child['id']} of job '{child['job_key']}' {child['state']}" + (
+                f": {child['message']}" if child["message"] else "")
+        number = int(self.store.query("SELECT attempts FROM tasks WHERE run_id=? AND task_key=?",
+                                      (run_id, task_key))[0]["attempts"])
+        retries = int(record.get("max_retries") or 0)
+        if retries < 0 or number <= retries:
+            wait = int(record.get("min_retry_interval_millis") or 0) / 1000
+            self.store.set_task(run_id, task_key, state="waiting_retry", retry_at=now + wait, message=message)
+        else:
+            self.store.set_task(run_id, task_key, state="failed", ended_at=now, message=message)
+
     def _attempt_ended(self, attempt: Attempt, code: int, now: float) -> None:
         run_id, key = attempt.run_id, attempt.task_key
         why = attempt.stopping
@@ -623,10 +678,17 @@ class Runner:
                 elif decision == "run" and defs.get(key, {}).get("kind") == "condition":
                     self._evaluate(run_id, job_key, key, params, now)
                     return self._advance_tasks(run_id, job_key, job, params, now)  # its outcome gates others
+                elif decision == "run" and defs.get(key, {}).get("kind") == "run_job":
+                    self._start_child_run(run_id, job_key, key, params, now)
                 elif decision == "run":
                     self._launch(run_id, job_key, key, params)
+            elif task["state"] == "running" and defs.get(key, {}).get("kind") == "run_job":
+                self._follow_child_run(run_id, key, defs[key], now)
             elif task["state"] == "waiting_retry" and (task["retry_at"] or 0) <= now:
-                self._launch(run_id, job_key, key, params)
+                if defs.get(key, {}).get("kind") == "run_job":
+                    self._start_child_run(run_id, job_key, key, params, now)
+                else:
+                    self._launch(run_id, job_key, key, params)
         tasks = {t["task_key"]: t for t in self.store.tasks(run_id)}
         if any(a.run_id == run_id for a in self.attempts.values()):
             return

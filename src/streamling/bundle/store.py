@@ -126,7 +126,9 @@ CREATE TABLE IF NOT EXISTS runner_lease (
 """
 #: columns added after a store's first release: an older runs.db gains them when opened
 _ADDED_COLUMNS = {"tasks": {"ordinal": "INTEGER NOT NULL DEFAULT 0"},
-                  "attempts": {"host": "TEXT", "heartbeat_at": "{real}", "fenced_at": "{real}", "fenced_by": "TEXT"}}
+                  "attempts": {"host": "TEXT", "heartbeat_at": "{real}", "fenced_at": "{real}", "fenced_by": "TEXT"},
+                  # a run started by another run's run_job_task: that run and task
+                  "runs": {"parent_run": "INTEGER", "parent_task": "TEXT"}}
 
 ACTIVE_RUN_STATES = ("pending", "running")
 FINAL_RUN_STATES = ("succeeded", "failed", "cancelled")
@@ -235,17 +237,27 @@ class Store(ABC):
     # --- runs -----------------------------------------------------------------------------------
 
     def create_run(self, job_key: str, deployment: int, trigger: str, params: dict[str, str],
-                   task_keys: list[str]) -> int:
+                   task_keys: list[str], parent: tuple[int, str] | None = None) -> int:
+        """A pending run; ``parent``: the run and task whose run_job_task starts it."""
         now = time.time()
         with self.tx() as c:
-            rows = c.execute("INSERT INTO runs (job_key, deployment, state, trigger, params, created_at) "
-                             "VALUES (?,?,?,?,?,?) RETURNING id",
-                             (job_key, deployment, "pending", trigger, json.dumps(params), now))
+            rows = c.execute("INSERT INTO runs (job_key, deployment, state, trigger, params, created_at, parent_run, "
+                             "parent_task) VALUES (?,?,?,?,?,?,?,?) RETURNING id",
+                             (job_key, deployment, "pending", trigger, json.dumps(params), now,
+                              parent[0] if parent else None, parent[1] if parent else None))
             run_id = int(rows[0]["id"])
             for ordinal, key in enumerate(task_keys):
                 c.execute("INSERT INTO tasks (run_id, task_key, state, ordinal) VALUES (?,?,'pending',?)",
                           (run_id, key, ordinal))
         return run_id
+
+    def child_runs(self, run_id: int, task_key: str | None = None) -> list[dict[str, Any]]:
+        """Runs started by run ``run_id``'s run_job tasks (by ``task_key``), newest first."""
+        sql, args = "SELECT id, job_key, state, message, parent_task FROM runs WHERE parent_run=?", list[Any]([run_id])
+        if task_key is not None:
+            sql += " AND parent_task=?"
+            args.append(task_key)
+        return [dict(r) for r in self.query(sql + " ORDER BY id DESC", tuple(args))]
 
     def run(self, run_id: int) -> Run | None:
         rows = self.query("SELECT * FROM runs WHERE id=?", (run_id,))
@@ -476,6 +488,10 @@ class PostgresStore(Store):
             c.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
             for stmt in self._schema():
                 c.execute(stmt.encode())
+            for table, columns in _ADDED_COLUMNS.items():
+                for name, kind in columns.items():
+                    c.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {kind.format(real=self._REAL)}"
+                              .encode())
 
     def close(self) -> None:
         self._pool.close()

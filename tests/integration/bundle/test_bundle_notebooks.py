@@ -127,6 +127,13 @@ print("sleeping", flush=True)
 time.sleep(3600)
 """
 
+REPORT = """\
+-- a SQL task: statements of a file, with job parameters as ${legacy} references and :markers
+CREATE OR REPLACE TABLE report USING delta LOCATION '${report}' AS
+SELECT country, count(*) AS n FROM delta.`${lake}` WHERE amount >= ${floor} GROUP BY country;
+SELECT count(*) AS countries, :floor AS floor FROM report
+"""
+
 CHECK = """\
 import json, sys
 from streamling.notebook.dbutils import dbutils
@@ -144,6 +151,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     (root / "failing.py").write_text(FAILING.format(marker=base / "marker"))
     (root / "blocked.py").write_text(BLOCKED)
     (root / "check.py").write_text(CHECK)
+    (root / "sql").mkdir()
+    (root / "sql" / "report.sql").write_text(REPORT)
     (root / "bundle.yml").write_text(textwrap.dedent(f"""
         bundle: {{name: notebooks}}
         workspace: {{root_path: {base / 'root'}}}
@@ -153,6 +162,12 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
               parameters: [{{name: lake, default: {base / 'lake'}}}, {{name: min_amount, default: "100"}}]
               tasks:
                 - {{task_key: prep, notebook_task: {{notebook_path: ./mixed.py}}}}
+                - task_key: report
+                  depends_on: [{{task_key: prep}}]
+                  sql_task:
+                    file: {{path: ./sql/report.sql}}
+                    parameters: {{floor: "{{{{job.parameters.min_amount}}}}", report: "{base / 'report'}"}}
+                    warehouse_id: abc123
                 - task_key: check
                   depends_on: [{{task_key: prep}}]
                   spark_python_task: {{python_file: ./check.py, parameters: ["{base / 'check.json'}"]}}
@@ -175,7 +190,7 @@ def _runs(root: Path, job: str) -> list[dict[str, Any]]:
 def test_a_mixed_notebook_runs_every_cell_and_hands_its_values_on(project: Path, spark: Any) -> None:
     summary = jobs.bundle(project, ENV, "summary", "-o", "json")
     assert json.loads(summary.stdout)["jobs"]["regions"]["on_redeploy"] == {
-        "prep": "restarts its driver", "check": "restarts its driver"}
+        "prep": "restarts its driver", "report": "restarts its driver", "check": "restarts its driver"}
     run = jobs.bundle(project, ENV, "run", "regions", timeout=300)
     [latest] = _runs(project, "regions")
     logs = jobs.bundle(project, ENV, "logs", str(latest["run_id"]), "--task", "prep").stdout
@@ -193,6 +208,10 @@ def test_a_mixed_notebook_runs_every_cell_and_hands_its_values_on(project: Path,
     assert tasks["prep"]["message"] == f"exited: {len(rows)} rows"
     assert "shell cell in files" in logs  # %sh runs in the notebook's folder of the deployed files
     assert "already loaded" not in logs  # the driver's own loading of the magics is not the notebook's
+    report_log = jobs.bundle(project, ENV, "logs", str(latest["run_id"]), "--task", "report").stdout
+    assert "|countries|floor|" in report_log.replace(" ", ""), report_log
+    report = {r.country: r.n for r in spark.read.format("delta").load(str(project.parent / "report")).collect()}
+    assert report == {c: sum(1 for r in rows if r.country == c) for c in {r.country for r in rows}}
     assert "cells after dbutils.notebook.exit do not run" not in logs
 
 
