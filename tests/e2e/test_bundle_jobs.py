@@ -84,6 +84,15 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
         from streamling.notebook.dbutils import dbutils
         dbutils.jobs.taskValues.set("rows", int(sys.argv[1]))
     """))
+    (root / "jobs" / "items.py").write_text(textwrap.dedent("""
+        from streamling.notebook.dbutils import dbutils
+        dbutils.jobs.taskValues.set("items", ["a", "b", {"c": 3}])
+    """))
+    (root / "jobs" / "item.py").write_text(textwrap.dedent("""
+        import sys
+        if sys.argv[1] == "boom":
+            sys.exit("this item fails")
+    """))
     out = tmp_path / "out"
     out.mkdir()
     (root / "bundle.yml").write_text(textwrap.dedent(f"""
@@ -163,6 +172,33 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
               tasks:
                 - task_key: main
                   spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'sleeper.jsonl'}", "60"]}}
+            fan:
+              parameters: [{{name: prefix, default: p}}]
+              tasks:
+                - task_key: list
+                  spark_python_task: {{python_file: ./jobs/items.py}}
+                - task_key: each
+                  depends_on: [{{task_key: list}}]
+                  for_each_task:
+                    inputs: "{{{{tasks.list.values.items}}}}"
+                    concurrency: 2
+                    task:
+                      task_key: one
+                      spark_python_task:
+                        python_file: ./jobs/record.py
+                        parameters: ["{out / 'fan.jsonl'}", "item={{{{input}}}}", "p={{{{job.parameters.prefix}}}}",
+                                     "run={{{{job.run_id}}}}"]
+                - task_key: after
+                  depends_on: [{{task_key: each}}]
+                  spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'fan_after.jsonl'}"]}}
+            fan_fail:
+              tasks:
+                - task_key: each
+                  for_each_task:
+                    inputs: '["ok", "boom", "fine"]'
+                    task:
+                      task_key: one
+                      spark_python_task: {{python_file: ./jobs/item.py, parameters: ["{{{{input}}}}"]}}
             ticking:
               schedule: {{quartz_cron_expression: "0/2 * * * * ?", timezone_id: Europe/Paris, pause_status: PAUSED}}
               tasks:
@@ -304,6 +340,30 @@ def test_run_job_tasks_run_another_job_with_parameters_and_follow_it(project: Pa
     assert runs(project, "sleeper")[-1]["run_id"] == sleeping["run_id"]
     assert wait_for(lambda: runs(project, "waiter")[-1]["state"] != "running" and runs(project, "waiter")[-1], 60,
                     "the calling run to end")["state"] == "cancelled"
+
+
+def test_for_each_tasks_run_their_task_once_per_input(project: Path) -> None:
+    out = project.parent / "out"
+    assert bundle(project, "deploy").returncode == 0
+    fanned = bundle(project, "run", "fan", "--param", "prefix=x")
+    assert fanned.returncode == 0, fanned.stderr
+    [run] = runs(project, "fan")
+    assert {t["task_key"]: t["message"] for t in run["tasks"]}["each"] == "3 iterations succeeded"
+    records = [json.loads(line) for line in (out / "fan.jsonl").read_text().splitlines()]
+    # each iteration got its input (JSON for a non-string), the job's parameter and the outer run's id
+    assert sorted(r["args"][0] for r in records) == ["item=a", "item=b", 'item={"c": 3}']
+    assert {tuple(r["args"][1:]) for r in records} == {("p=x", f"run={run['run_id']}")}
+    iterations = runs(project, "fan[each]")
+    assert len(iterations) == 3 and {i["trigger"] for i in iterations} == {"for_each"}
+    assert (out / "fan_after.jsonl").exists()
+
+    failed = bundle(project, "run", "fan_fail")
+    assert failed.returncode == 1
+    [bad] = runs(project, "fan_fail")
+    message = bad["tasks"][0]["message"]
+    assert message.startswith("1 of 3 iterations did not succeed; run ") and \
+        message.endswith("failed: one: the driver exited with code 1: this item fails"), message
+    assert sorted(i["state"] for i in runs(project, "fan_fail[each]")) == ["failed", "succeeded", "succeeded"]
 
 
 def test_a_deploy_that_changes_nothing_is_a_no_op(project: Path) -> None:

@@ -222,6 +222,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
              for key, tasks in build(bundle).items()}
     jobs: dict[str, Any] = {}
     for key, job in (deployment or {}).get("jobs", {}).items():
+        if job.get("iteration_of"):  # one iteration of a for-each task: shown with its job
+            continue
         deployed = {t["task_key"]: t["fingerprint"] for t in job["tasks"]}
         runs = store.runs(key, limit=1) if store is not None else []
         figures = _latest_figures([{"figures": run_figures(a["log_path"])} for a in store.attempts(runs[0].id)]) \
@@ -243,7 +245,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
                      "differs (" + ", ".join(sorted(t for t in set(local[key]) | set(deployed)
                                                    if local[key].get(t) != deployed.get(t))) + ")"}
     for key in set(local) - set(jobs):
-        jobs[key] = {"working_copy": "not deployed yet"}
+        if "[" not in key:  # iteration jobs are named <job>[<task>]
+            jobs[key] = {"working_copy": "not deployed yet"}
     summary = {"name": bundle.name, "target": bundle.target.name, "root_path": str(ws.root),
                "deployment": None if deployment is None else {
                    "version": deployment["version"], "user": deployment.get("user"), "git": deployment.get("git"),

@@ -85,6 +85,9 @@ class TaskBuild:
             out["sql_file"] = _rel(self.task.sql_file, bundle.root)
         if self.task.run_job is not None:
             out["run_job"] = {"job": self.task.run_job, "parameters": dict(self.task.job_parameters)}
+        if self.task.for_each is not None:
+            out["for_each"] = {"inputs": self.task.for_each.inputs, "concurrency": self.task.for_each.concurrency,
+                               "job": self.task.for_each.job}
         if self.compiled is not None:
             out.update(application_id=self.application_id, config_name=self.compiled.config_name,
                        run=self.compiled.run, declared_parameters=self.compiled.parameters,

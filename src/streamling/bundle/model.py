@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import getpass
 import glob
+import json
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -40,8 +41,9 @@ from streamling.util import did_you_mean
 BUNDLE_FILES = ("bundle.yml", "bundle.yaml", "databricks.yml", "databricks.yaml")
 NOTEBOOK_HEADER = "# Databricks notebook source"
 SQL_NOTEBOOK_HEADER = "-- Databricks notebook source"
-PAYLOADS = ("notebook_task", "spark_python_task", "python_wheel_task", "condition_task", "sql_task", "run_job_task")
-UNSUPPORTED_PAYLOADS = ("pipeline_task", "for_each_task", "dbt_task",
+PAYLOADS = ("notebook_task", "spark_python_task", "python_wheel_task", "condition_task", "sql_task", "run_job_task",
+            "for_each_task")
+UNSUPPORTED_PAYLOADS = ("pipeline_task", "dbt_task",
                         "spark_jar_task", "spark_submit_task", "clean_rooms_notebook_task", "dashboard_task",
                         "power_bi_task", "gen_ai_compute_task", "alert_task")
 PauseStatus = Literal["PAUSED", "UNPAUSED"]
@@ -52,12 +54,22 @@ RUN_IF = ("ALL_SUCCESS", "AT_LEAST_ONE_SUCCESS", "NONE_FAILED", "ALL_DONE", "AT_
 
 
 @dataclass
+class ForEach:
+    """A for-each task's inputs (a JSON array, or a reference to one), how many iterations run at once,
+    and the hidden job that runs one iteration (its nested task; see ``Job.iteration_of``)."""
+
+    inputs: str
+    concurrency: int
+    job: str
+
+
+@dataclass
 class Task:
     """One task of a job: what it runs (a notebook, a Python file or the streamling wheel) and its retry policy."""
 
     key: str
     depends_on: list[str]
-    kind: Literal["notebook", "spark_python", "python_wheel", "condition", "sql", "run_job"]
+    kind: Literal["notebook", "spark_python", "python_wheel", "condition", "sql", "run_job", "for_each"]
     notebook_path: Path | None  #: absolute, resolved relative to the YAML file that declares it
     base_parameters: dict[str, str]
     python_file: Path | None  #: absolute, resolved relative to its YAML file
@@ -78,6 +90,9 @@ class Task:
     #: a run-job task: the job it runs (a key of this bundle's jobs) and that run's job parameters
     run_job: str | None = None
     job_parameters: dict[str, str] = field(default_factory=dict)
+    #: a for-each task: its inputs (a JSON array, or a reference to one), how many iterations run at
+    #: once, and the job that runs one iteration (its nested task; see ``Job.iteration_of``)
+    for_each: ForEach | None = None
     run_if: str = "ALL_SUCCESS"
 
 
@@ -114,6 +129,8 @@ class Job:
     webhook_notifications: dict[str, list[str]]
     email_notifications: dict[str, list[str]]
     source: str
+    #: (job, task) of the for-each task whose iterations this hidden job runs, each with ``{{input}}``
+    iteration_of: tuple[str, str] | None = None
 
 
 @dataclass
@@ -232,6 +249,8 @@ _TASK = _Map({
     "webhook_notifications": "notifications are set per job here", "notification_settings": _DATABRICKS,
     "health": _NOTIFY, "disable_auto_optimization": _DATABRICKS,
 }, UNSUPPORTED_PAYLOADS)
+# a for-each task holds a task (the schema is recursive; a nested for-each is refused by the builder)
+cast(dict[str, _Shape], _TASK.keys)["for_each_task"] = _Map({"inputs": None, "concurrency": None, "task": _TASK})
 _EVENTS = ("on_start", "on_success", "on_failure")
 _JOB = _Map({
     "name": None, "tasks": _List(_TASK), "parameters": _List(_Map({"name": None, "default": None})),
@@ -728,6 +747,8 @@ class _Builder:
         self.user = user
         self.resolver = _Resolver(ctx)
         self.node: tuple[str, str] | None = None
+        #: jobs that run one iteration of a for-each task, added next to the bundle's own
+        self.iteration_jobs: dict[str, Job] = {}
         mode = body.get("mode")
         if mode is not None and mode not in ("development", "production"):
             ctx.add(f"targets.{target}.mode", f"mode must be development or production (got {mode!r})",
@@ -789,7 +810,8 @@ class _Builder:
         self.check_config(config)
         self.check_runner_store(config, environ)
         built = {str(k): self.job(str(k), res.tree(f"resources.jobs.{k}", v, _JOB)) for k, v in jobs.items()}
-        self.check_run_jobs({k: v for k, v in built.items() if v is not None})
+        self.check_run_jobs({**{k: v for k, v in built.items() if v is not None}, **self.iteration_jobs})
+        built.update(self.iteration_jobs)
         target = Target(self.target, self.mode, root_path, root_raw is not None, file_path, config)
         return Bundle(bundle_name, ctx.root, target, {k: v for k, v in values.items() if v is not None},
                       {k: v for k, v in built.items() if v is not None}, [f.path for f in ctx.files], self.user,
@@ -969,6 +991,9 @@ class _Builder:
             elif pname is not None and default is not None:
                 parameters[pname] = default
         self.references(path, raw_tasks, body.get("parameters"), parameters, tasks)
+        for hidden in self.iteration_jobs.values():  # an iteration reads its job's parameters
+            if hidden.iteration_of is not None and hidden.iteration_of[0] == key:
+                hidden.parameters = dict(parameters)
         schedule = None
         if isinstance(body.get("schedule"), dict):
             schedule = self.schedule(body["schedule"], f"{path}.schedule")
@@ -1067,25 +1092,32 @@ class _Builder:
                     todo.extend(deps.get(dep, []))
             return seen
 
-        places: list[tuple[str, Any, set[str]]] = [(f"{path}.parameters.{i}.default", _dict(item).get("default"), set())
-                                                   for i, item in enumerate(_list(raw_parameters))]
-        for i, item in enumerate(_list(raw_tasks)):
-            before = upstream(str(_dict(item).get("task_key")))
+        places: list[tuple[str, Any, set[str], bool]] = [
+            (f"{path}.parameters.{i}.default", _dict(item).get("default"), set(), False)
+            for i, item in enumerate(_list(raw_parameters))]
+
+        def add_places(where: str, item: Any, before: set[str], in_loop: bool) -> None:
+            """The texts of a task that may hold references (``{{input}}`` only in a for-each's task)."""
             for kind in PAYLOADS:
                 spec = _dict(_dict(item).get(kind))
-                places += [(f"{path}.tasks.{i}.{kind}.base_parameters.{k}", v, before)
-                           for k, v in _dict(spec.get("base_parameters")).items()]
+                if kind == "for_each_task" and spec:
+                    places.append((f"{where}.{kind}.inputs", spec.get("inputs"), before, False))
+                    add_places(f"{where}.{kind}.task", spec.get("task"), before, True)
+                    continue
                 named = _dict(spec.get("parameters"))  # a SQL task's parameters are named
-                places += [(f"{path}.tasks.{i}.{kind}.parameters.{j}", v, before)
-                           for j, v in (named.items() if named else enumerate(_list(spec.get("parameters"))))]
-                places += [(f"{path}.tasks.{i}.{kind}.named_parameters.{k}", v, before)
-                           for k, v in _dict(spec.get("named_parameters")).items()]
-                places += [(f"{path}.tasks.{i}.{kind}.job_parameters.{k}", v, before)
-                           for k, v in _dict(spec.get("job_parameters")).items()]
-                places += [(f"{path}.tasks.{i}.{kind}.{side}", spec.get(side), before) for side in ("left", "right")]
-        for where, value, before in places:
+                texts = [*(("base_parameters", k, v) for k, v in _dict(spec.get("base_parameters")).items()),
+                         *(("parameters", k, v) for k, v in (named.items() if named else
+                                                             enumerate(_list(spec.get("parameters"))))),
+                         *(("named_parameters", k, v) for k, v in _dict(spec.get("named_parameters")).items()),
+                         *(("job_parameters", k, v) for k, v in _dict(spec.get("job_parameters")).items())]
+                places.extend((f"{where}.{kind}.{group}.{k}", v, before, in_loop) for group, k, v in texts)
+                places.extend((f"{where}.{kind}.{side}", spec.get(side), before, in_loop) for side in ("left", "right"))
+
+        for i, item in enumerate(_list(raw_tasks)):
+            add_places(f"{path}.tasks.{i}", item, upstream(str(_dict(item).get("task_key"))), False)
+        for where, value, before, in_loop in places:
             if isinstance(value, str):
-                for problem in check(value, parameters, sorted(before)):
+                for problem in check(value, parameters, sorted(before), iteration=in_loop):
                     self.add(where, problem, code="bundle_unknown_reference",
                              hint="Databricks' dynamic value references: {{job.run_id}}, {{job.parameters.<name>}}, "
                                   "{{task.name}}, {{job.start_time.iso_date}}, …")
@@ -1130,6 +1162,7 @@ class _Builder:
         where = f"{path}.{kind}"
         spec = _dict(body.get(kind))
         notebook = python_file = package = entry = sql_file = run_job = None
+        for_each: ForEach | None = None
         condition: dict[str, str] | None = None
         job_parameters: dict[str, str] = {}
         base_parameters = self.strings(spec, "base_parameters", where)
@@ -1178,6 +1211,8 @@ class _Builder:
                 sql_file = self.sql_file(f"{where}.file.path", raw) if raw is not None else None
             base_parameters = self.strings(spec, "parameters", where)
             parameters = []
+        elif kind == "for_each_task":
+            for_each = self.for_each(job, key, where, spec, body)
         elif kind == "run_job_task":
             for other in ("notebook_params", "python_params", "jar_params", "python_named_params",
                           "spark_submit_params", "sql_params", "dbt_commands"):
@@ -1189,8 +1224,10 @@ class _Builder:
             job_parameters = self.strings(spec, "job_parameters", where)
         return Task(
             key=key, depends_on=depends,
-            kind=cast(Literal["notebook", "spark_python", "python_wheel", "condition", "sql", "run_job"], kind[:-5]),
+            kind=cast(Literal["notebook", "spark_python", "python_wheel", "condition", "sql", "run_job", "for_each"],
+                      kind[:-5]),
             condition=condition, outcomes=outcomes, run_if=run_if, sql_file=sql_file, run_job=run_job,
+            for_each=for_each,
             job_parameters=job_parameters, notebook_path=notebook, base_parameters=base_parameters,
             python_file=python_file, package_name=package, entry_point=entry, parameters=parameters,
             max_retries=self.int_(body, "max_retries", path, 0, -1),
@@ -1235,6 +1272,53 @@ class _Builder:
                                    ""))
                 return None
         return found
+
+    def for_each(self, job: str, key: str, where: str, spec: dict[str, Any], body: dict[str, Any]) -> ForEach | None:
+        """A for-each task: its nested task becomes a hidden job run once per input (``{{input}}``)."""
+        raw = spec.get("inputs")
+        if raw is None:
+            self.add(where, "a for_each_task needs inputs", hint='inputs: \'["a", "b"]\' or a reference such as '
+                     '"{{tasks.list.values.items}}"')
+            return None
+        inputs = json.dumps(raw) if isinstance(raw, list) else _text(raw)
+        if "{{" not in inputs:
+            try:
+                parsed = json.loads(inputs)
+            except ValueError:
+                parsed = None
+            if not isinstance(parsed, list):
+                shown = inputs if len(inputs) <= 60 else inputs[:59] + "…"
+                self.add(f"{where}.inputs", f"inputs {shown!r} is not a JSON array",
+                         hint='e.g. inputs: \'["a", "b"]\' (or a reference to a task value or job parameter)')
+        concurrency = self.int_(spec, "concurrency", where, 1, 1)
+        if concurrency > 100:
+            self.add(f"{where}.concurrency", f"concurrency is {concurrency}; Databricks allows at most 100",
+                     hint="concurrency: 100 or less")
+        nested_body = spec.get("task")
+        if not isinstance(nested_body, dict):
+            self.add(where, "a for_each_task needs the task it runs per input",
+                     hint="task: {task_key: one, notebook_task: {notebook_path: …, base_parameters: {x: "
+                          "'{{input}}'}}}")
+            return None
+        inner = [p for p in nested_body if p in PAYLOADS]
+        if inner and inner[0] in ("for_each_task", "condition_task"):
+            self.add(f"{where}.task.{inner[0]}", f"a for_each_task cannot run a {inner[0]}",
+                     hint="run a notebook, Python, wheel, SQL or run-job task per input")
+            return None
+        if nested_body.get("depends_on"):
+            self.add(f"{where}.task.depends_on", "the task of a for_each_task has no dependencies of its own",
+                     hint="give the for_each_task itself depends_on")
+        nested = self.task(job, f"{where}.task", nested_body)
+        self.node = (key, "task")
+        if nested is None:
+            return None
+        hidden = f"{job}[{key}]"
+        self.iteration_jobs[hidden] = Job(
+            key=hidden, name=f"{job} · {key} (one iteration)", tasks=[nested], parameters={}, schedule=None,
+            periodic=None, continuous=None, max_concurrent_runs=1000, timeout_seconds=0, tags={},
+            webhook_notifications={}, email_notifications={}, source=self.ctx.source(f"{where}.task"),
+            iteration_of=(job, key))
+        return ForEach(inputs, concurrency, hidden)
 
     def sql_file(self, path: str, raw: str) -> Path | None:
         resolved, shown, hint = self.locate(path, raw, "sql_task.file.path")

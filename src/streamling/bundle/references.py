@@ -10,6 +10,9 @@ does: ``{{job.id}}``, ``{{job.name}}``, ``{{job.run_id}}``, ``{{job.repair_count
 ``{{workspace.url}}`` and the deprecated ``{{job_id}}``, ``{{run_id}}``, ``{{parent_run_id}}``,
 ``{{task_key}}``, ``{{task_retry_count}}``, ``{{start_date}}``, ``{{start_time}}``.
 
+In the task a ``for_each_task`` runs, ``{{input}}`` is the iteration's input (a string as it is,
+anything else as JSON).
+
 ``{{tasks.<task>.values.<key>}}`` is what an upstream task set with ``dbutils.jobs.taskValues.set``
 (a string as it is, anything else as JSON); a value the task did not set fails the task that reads
 it. ``check`` finds what cannot be filled in before anything runs: an unknown reference (naming the
@@ -58,16 +61,22 @@ class RunContext:
     workspace: str = ""  #: the bundle root
     #: what the run's finished tasks set with ``dbutils.jobs.taskValues.set``: task → key → value
     task_values: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: in an iteration of a for-each task: its input, as ``{{input}}`` gives it
+    input: str | None = None
 
 
-def check(text: str, job_parameters: Iterable[str], upstream: Iterable[str] = ()) -> list[str]:
+def check(text: str, job_parameters: Iterable[str], upstream: Iterable[str] = (), iteration: bool = False) -> list[str]:
     """The problems of the references in ``text`` (empty: every one can be filled in). ``upstream``:
-    the tasks the task depends on, directly or not (whose values it may read)."""
+    the tasks the task depends on, directly or not (whose values it may read); ``iteration``: the
+    text is in the task a for-each task runs, where ``{{input}}`` is defined."""
     declared, before = list(job_parameters), list(upstream)
     problems = []
     for match in REFERENCE.finditer(text):
         name = match.group(1)
-        if name in _NAMES:
+        if name in _NAMES or (name == "input" and iteration):
+            continue
+        if name == "input":
+            problems.append("'{{input}}' is only defined in the task of a for_each_task")
             continue
         param = _PARAMETER.match(name)
         if param is not None:
@@ -130,6 +139,8 @@ def resolve(text: str, context: RunContext, job_parameters: Mapping[str, str]) -
                                       hint="set it there with dbutils.jobs.taskValues.set(key, value)")
             item = got[task_value.group("key")]
             return item if isinstance(item, str) else json.dumps(item)
+        if name == "input" and context.input is not None:
+            return context.input
         return values.get(name, match.group(0))
 
     return REFERENCE.sub(fill, text)

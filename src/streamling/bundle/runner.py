@@ -60,6 +60,11 @@ PERIOD_UNIT_SECS = {"MINUTES": 60, "HOURS": 3600, "DAYS": 86400, "WEEKS": 604800
 CONTINUOUS_BACKOFF_MAX_SECS = 300.0
 
 
+#: the run parameters of a for-each iteration that hold its input and its index (not job parameters)
+ITERATION_INPUT = "__input"
+ITERATION_INDEX = "__iteration"
+
+
 @dataclass
 class Attempt:
     id: int
@@ -439,6 +444,7 @@ class Runner:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         attempt_id = self.store.start_attempt(run_id, task_key, number, self.version, str(log_path), self.host)
         context = self._context(run_id, job_key, task_key, attempt_id, number)
+        params = {k: v for k, v in params.items() if k not in (ITERATION_INPUT, ITERATION_INDEX)}  # in the context
         cmd = [sys.executable, "-m", "streamling.bundle.driver", "--root", str(self.ws.root),
                "--deployment", str(self.version), "--job", job_key, "--task", task_key,
                "--params", json.dumps(params), "--exit-file", f"{log_path}.exit", "--attempt", str(attempt_id),
@@ -503,14 +509,19 @@ class Runner:
     def _context(self, run_id: int, job_key: str, task_key: str, attempt_id: int, number: int) -> dict[str, Any]:
         """What Databricks' dynamic value references ({{job.run_id}}, {{tasks.t.values.k}}…) read."""
         run = self.store.run(run_id)
-        job = (self.deployment or {}).get("jobs", {}).get(job_key) or {}
+        jobs = (self.deployment or {}).get("jobs", {})
+        job = jobs.get(job_key) or {}
         task_record: dict[str, Any] = next((t for t in job.get("tasks") or [] if t.get("task_key") == task_key), {})
-        return {"job_key": job_key, "job_name": str(job.get("name") or job_key), "run_id": run_id,
-                "task_key": task_key, "attempt_id": attempt_id, "attempt": number,
-                "start_time": (run.started_at or run.created_at) if run else time.time(),
-                "trigger": run.trigger if run else "manual",
+        owner, outer = job_key, run  # an iteration of a for-each task is part of the run that started it
+        if run is not None and run.parent_run is not None and job.get("iteration_of"):
+            owner, outer = str(job["iteration_of"][0]), self.store.run(run.parent_run) or run
+        return {"job_key": owner, "job_name": str((jobs.get(owner) or job).get("name") or owner),
+                "run_id": outer.id if outer else run_id, "task_key": task_key, "attempt_id": attempt_id,
+                "attempt": number, "start_time": (outer.started_at or outer.created_at) if outer else time.time(),
+                "trigger": outer.trigger if outer else "manual",
                 "notebook_path": str(task_record.get("notebook_path") or ""), "workspace": str(self.ws.root),
-                "task_values": self.store.task_values(run_id)}
+                "task_values": self.store.task_values(outer.id if outer else run_id),
+                "input": run.params.get(ITERATION_INPUT) if run is not None else None}
 
     def _evaluate(self, run_id: int, job_key: str, task_key: str, params: dict[str, str], now: float) -> None:
         """A condition task: no process, the runner compares its two sides (references filled in)
@@ -562,6 +573,70 @@ class Runner:
                             message=f"runs job '{spec['job']}' as run {child}")
         log.info("run %d task '%s' runs job '%s' as run %d (parameters %s)", run_id, task_key, spec["job"], child,
                  json.dumps(child_params))
+
+    def _start_iterations(self, run_id: int, job_key: str, task_key: str, params: dict[str, str], now: float) -> None:
+        """A for-each task: its inputs (references filled in) become the iterations
+        ``_follow_iterations`` runs, each a run of the task's hidden iteration job."""
+        from streamling.bundle.references import RunContext, job_parameter_values, resolve
+
+        assert self.deployment is not None
+        job = self.deployment["jobs"][job_key]
+        spec = next(t for t in job["tasks"] if t["task_key"] == task_key)["for_each"]
+        try:
+            context = RunContext(**self._context(run_id, job_key, task_key, 0, 1))
+            text = resolve(spec["inputs"], context, job_parameter_values(job, params))
+            try:
+                inputs = json.loads(text)
+            except ValueError:
+                inputs = None
+            if not isinstance(inputs, list):
+                raise StreamlingError(f"the inputs of for-each task '{task_key}' are not a JSON array: "
+                                      f"{text if len(text) <= 80 else text[:79] + '…'}",
+                                      hint="inputs must be (or refer to) a JSON array such as [\"a\", \"b\"]")
+        except StreamlingError as exc:
+            self.store.set_task(run_id, task_key, state="failed", attempts=1, started_at=now, ended_at=now,
+                                message=exc.headline())
+            return
+        values = [v if isinstance(v, str) else json.dumps(v) for v in inputs]
+        self.store.set_task(run_id, task_key, state="running", attempts=1, started_at=now,
+                            iterations=json.dumps(values), message=f"0 of {len(values)} iterations done")
+        log.info("run %d for-each task '%s': %d iterations, %d at a time", run_id, task_key, len(values),
+                 int(spec["concurrency"]))
+        self._follow_iterations(run_id, task_key, next(t for t in job["tasks"] if t["task_key"] == task_key), params,
+                                now)
+
+    def _follow_iterations(self, run_id: int, task_key: str, record: dict[str, Any], params: dict[str, str],
+                           now: float) -> None:
+        """Starts iterations while fewer than ``concurrency`` run; the task ends once all have ended,
+        failed if any did (the others still run, as on Databricks)."""
+        assert self.deployment is not None and self.version is not None
+        spec = record["for_each"]
+        row = self.store.query("SELECT iterations FROM tasks WHERE run_id=? AND task_key=?", (run_id, task_key))[0]
+        inputs = json.loads(row["iterations"] or "[]")
+        children = list(reversed(self.store.child_runs(run_id, task_key)))  # oldest first: iteration order
+        active = sum(1 for c in children if c["state"] in ("pending", "running"))
+        iteration_job = self.deployment["jobs"].get(spec["job"])
+        while len(children) < len(inputs) and active < int(spec["concurrency"]) and iteration_job is not None:
+            index = len(children)
+            child = self.store.create_run(spec["job"], self.version, "for_each",
+                                          {**params, ITERATION_INPUT: inputs[index], ITERATION_INDEX: str(index)},
+                                          [t["task_key"] for t in iteration_job["tasks"]], parent=(run_id, task_key))
+            children.append({"id": child, "state": "pending", "message": None})
+            active += 1
+        done = sum(1 for c in children if c["state"] not in ("pending", "running"))
+        if active or len(children) < len(inputs):
+            self.store.set_task(run_id, task_key, message=f"{done} of {len(inputs)} iterations done")
+            return
+        failed = [c for c in children if c["state"] != "succeeded"]
+        if failed:
+            first = failed[0]
+            self.store.set_task(run_id, task_key, state="failed", ended_at=now,
+                                message=f"{len(failed)} of {len(inputs)} iterations did not succeed; run "
+                                        f"{first['id']} {first['state']}" + (f": {first['message']}"
+                                                                             if first["message"] else ""))
+        else:
+            self.store.set_task(run_id, task_key, state="succeeded", ended_at=now,
+                                message=f"{len(inputs)} iterations succeeded")
 
     def _follow_child_run(self, run_id: int, task_key: str, record: dict[str, Any], now: float) -> None:
         """A run_job_task ends as the run it started ends (and is retried as any task)."""
@@ -680,10 +755,14 @@ class Runner:
                     return self._advance_tasks(run_id, job_key, job, params, now)  # its outcome gates others
                 elif decision == "run" and defs.get(key, {}).get("kind") == "run_job":
                     self._start_child_run(run_id, job_key, key, params, now)
+                elif decision == "run" and defs.get(key, {}).get("kind") == "for_each":
+                    self._start_iterations(run_id, job_key, key, params, now)
                 elif decision == "run":
                     self._launch(run_id, job_key, key, params)
             elif task["state"] == "running" and defs.get(key, {}).get("kind") == "run_job":
                 self._follow_child_run(run_id, key, defs[key], now)
+            elif task["state"] == "running" and defs.get(key, {}).get("kind") == "for_each":
+                self._follow_iterations(run_id, key, defs[key], params, now)
             elif task["state"] == "waiting_retry" and (task["retry_at"] or 0) <= now:
                 if defs.get(key, {}).get("kind") == "run_job":
                     self._start_child_run(run_id, job_key, key, params, now)
@@ -856,8 +935,9 @@ def _failure_line(log_path: Path, code: int) -> str:
     except OSError:
         lines = []
     starts = [i for i, line in enumerate(lines) if " ERROR " in line]
-    if not starts:
-        return f"the driver exited with code {code}"
+    if not starts:  # a Python file's own failure: its last line (an exception, a sys.exit message)
+        last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+        return f"the driver exited with code {code}" + (f": {last[:500]}" if last else "")
     first = starts[-1]
     # The error line and its continuation (a validation error lists one problem per line).
     body = [lines[first].split(": ", 1)[-1]]

@@ -125,7 +125,8 @@ CREATE TABLE IF NOT EXISTS runner_lease (
 );
 """
 #: columns added after a store's first release: an older runs.db gains them when opened
-_ADDED_COLUMNS = {"tasks": {"ordinal": "INTEGER NOT NULL DEFAULT 0"},
+_ADDED_COLUMNS = {"tasks": {"ordinal": "INTEGER NOT NULL DEFAULT 0",
+                            "iterations": "TEXT"},  # a for-each task's inputs (JSON), once resolved
                   "attempts": {"host": "TEXT", "heartbeat_at": "{real}", "fenced_at": "{real}", "fenced_by": "TEXT"},
                   # a run started by another run's run_job_task: that run and task
                   "runs": {"parent_run": "INTEGER", "parent_task": "TEXT"}}
@@ -146,11 +147,13 @@ class Run:
     started_at: float | None
     ended_at: float | None
     message: str | None
+    parent_run: int | None = None  #: the run whose run-job or for-each task started this one
 
     @classmethod
     def of(cls, row: Row) -> Run:
         return cls(row["id"], row["job_key"], row["deployment"], row["state"], row["trigger"],
-                   json.loads(row["params"]), row["created_at"], row["started_at"], row["ended_at"], row["message"])
+                   json.loads(row["params"]), row["created_at"], row["started_at"], row["ended_at"], row["message"],
+                   row["parent_run"])
 
     @property
     def active(self) -> bool:
