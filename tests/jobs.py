@@ -14,10 +14,11 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def bundle(root: Path, env: Mapping[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """``streamling bundle ARGS`` in ``root`` with exactly ``env``."""
+def bundle(root: Path, env: Mapping[str, str], *args: str, timeout: float = 180,
+           stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``streamling bundle ARGS`` in ``root`` with exactly ``env`` (and ``stdin`` as its input)."""
     return subprocess.run([sys.executable, "-m", "streamling.cli", "bundle", *args], cwd=root, env=dict(env),
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, input=stdin)
 
 
 def runs(root: Path, env: Mapping[str, str], *args: str) -> list[dict[str, Any]]:

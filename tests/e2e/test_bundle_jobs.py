@@ -93,6 +93,17 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
         if sys.argv[1] == "boom":
             sys.exit("this item fails")
     """))
+    (root / "jobs" / "secretive.py").write_text(textwrap.dedent("""
+        import hashlib, logging, sys
+        from streamling.notebook.dbutils import dbutils
+        token = dbutils.secrets.get("app", "token")
+        print("token is", token, flush=True)
+        logging.getLogger("secretive").warning("connecting with %s", token)
+        assert dbutils.secrets.getBytes("app", "blob") == bytes([0, 1, 2])
+        print([m.key for m in dbutils.secrets.list("app")], [s.name for s in dbutils.secrets.listScopes()])
+        digest = hashlib.sha256(token.encode()).hexdigest()[:12]
+        open(sys.argv[1], "w").write("ok" if digest == "1f3fa74b1208" else "wrong")
+    """))
     out = tmp_path / "out"
     out.mkdir()
     (root / "bundle.yml").write_text(textwrap.dedent(f"""
@@ -199,11 +210,17 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
                     task:
                       task_key: one
                       spark_python_task: {{python_file: ./jobs/item.py, parameters: ["{{{{input}}}}"]}}
+            secretive:
+              tasks:
+                - task_key: main
+                  spark_python_task: {{python_file: ./jobs/secretive.py, parameters: ["{out / 'secret.txt'}"]}}
             ticking:
               schedule: {{quartz_cron_expression: "0/2 * * * * ?", timezone_id: Europe/Paris, pause_status: PAUSED}}
               tasks:
                 - task_key: main
                   spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'ticks.jsonl'}"]}}
+          secret_scopes:
+            app: {{name: app}}
         targets:
           prod: {{default: true, mode: production}}
     """))
@@ -364,6 +381,30 @@ def test_for_each_tasks_run_their_task_once_per_input(project: Path) -> None:
     assert message.startswith("1 of 3 iterations did not succeed; run ") and \
         message.endswith("failed: one: the driver exited with code 1: this item fails"), message
     assert sorted(i["state"] for i in runs(project, "fan_fail[each]")) == ["failed", "succeeded", "succeeded"]
+
+
+def test_secrets_are_read_by_tasks_and_never_shown(project: Path) -> None:
+    out = project.parent / "out"
+    root = project.parent / "root"
+    assert bundle(project, "deploy").returncode == 0
+    assert bundle(project, "secrets", "list-scopes").stdout.split() == ["app"]  # created by the deploy
+    put = jobs.bundle(project, ENV, "secrets", "put-secret", "app", "token", stdin="s3cr3t-value\n")
+    assert put.returncode == 0, put.stderr
+    assert bundle(project, "secrets", "put-secret", "app", "blob", "--bytes-value", "AAEC").returncode == 0
+    assert bundle(project, "secrets", "list-secrets", "app").stdout.split() == ["blob", "token"]
+    assert oct((root / "secrets").stat().st_mode & 0o777) == "0o700"
+    assert oct((root / "secrets" / "app.json").stat().st_mode & 0o777) == "0o600"
+    ran = bundle(project, "run", "secretive")
+    assert ran.returncode == 0, ran.stderr
+    assert (out / "secret.txt").read_text() == "ok"
+    [run] = runs(project, "secretive")
+    log = bundle(project, "logs", str(run["run_id"])).stdout
+    assert "token is [REDACTED]" in log and "connecting with [REDACTED]" in log and "['blob', 'token'] ['app']" in log
+    leaks = [p for p in root.rglob("*") if p.is_file() and "secrets" not in p.parts
+             and b"s3cr3t-value" in p.read_bytes()]
+    assert leaks == []  # not in the run store, the logs or the deployment
+    missing = bundle(project, "secrets", "delete-secret", "app", "nope")
+    assert missing.returncode == 1 and "secret scope 'app' has no key 'nope'" in missing.stderr
 
 
 def test_a_deploy_that_changes_nothing_is_a_no_op(project: Path) -> None:

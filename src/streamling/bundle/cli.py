@@ -69,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("run_id", type=int, nargs="?")
     c.add_argument("--job")
     common(sub.add_parser("runner", help="run the job runner in the foreground (e.g. under systemd)"))
+    sc = common(sub.add_parser("secrets", help="the target's secret scopes, as `databricks secrets` manages them"))
+    sc.add_argument("action", choices=["put-secret", "list-secrets", "delete-secret", "list-scopes", "create-scope",
+                                       "delete-scope"])
+    sc.add_argument("scope", nargs="?")
+    sc.add_argument("key", nargs="?")
+    sc.add_argument("--string-value", help="the value (default: read from stdin)")
+    sc.add_argument("--bytes-value", help="the value as base64")
     return p
 
 
@@ -439,8 +446,44 @@ def cmd_runner(args: argparse.Namespace) -> int:
     return runner_main([_bundle(args).target.root_path])
 
 
+def cmd_secrets(args: argparse.Namespace) -> int:
+    """Secret values go in and never come out: put, delete and list names only."""
+    import base64
+
+    from streamling.bundle.workspace import Workspace
+    from streamling.secrets import SecretStore
+
+    store = SecretStore(Workspace(_bundle(args).target.root_path).secrets)
+    needs = {"put-secret": 2, "delete-secret": 2, "list-secrets": 1, "create-scope": 1, "delete-scope": 1,
+             "list-scopes": 0}[args.action]
+    given = [a for a in (args.scope, args.key) if a]
+    if len(given) != needs:
+        raise StreamlingError(f"`secrets {args.action}` takes {['no arguments', 'SCOPE', 'SCOPE KEY'][needs]}",
+                              code="bundle_usage")
+    if args.action == "put-secret":
+        if args.bytes_value is not None:
+            base64.b64decode(args.bytes_value, validate=True)
+            value = f"base64:{args.bytes_value}"
+        else:
+            value = args.string_value if args.string_value is not None else sys.stdin.read().removesuffix("\n")
+        store.put(args.scope, args.key, value)
+    elif args.action == "delete-secret":
+        store.delete(args.scope, args.key)
+    elif args.action == "list-secrets":
+        _out("\n".join(store.keys(args.scope)))
+    elif args.action == "create-scope":
+        if not store.create_scope(args.scope):
+            raise StreamlingError(f"secret scope '{args.scope}' exists already", code="secret_scope_exists")
+    elif args.action == "delete-scope":
+        store.delete_scope(args.scope)
+    else:
+        _out("\n".join(store.scopes()))
+    return 0
+
+
 COMMANDS = {"validate": cmd_validate, "deploy": cmd_deploy, "run": cmd_run, "summary": cmd_summary,
-            "destroy": cmd_destroy, "runs": cmd_runs, "logs": cmd_logs, "cancel": cmd_cancel, "runner": cmd_runner}
+            "destroy": cmd_destroy, "runs": cmd_runs, "logs": cmd_logs, "cancel": cmd_cancel, "runner": cmd_runner,
+            "secrets": cmd_secrets}
 
 
 def main(argv: Sequence[str]) -> int:

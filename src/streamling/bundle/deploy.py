@@ -286,6 +286,12 @@ def deploy(bundle: Bundle, force: bool = False, force_lock: bool = False) -> Dep
                               hint="commit them first, or deploy anyway with --force")
     with deploy_lock(ws, force=force_lock):
         _check_store(bundle, ws)
+        if bundle.secret_scopes:  # declared scopes exist (empty) once deployed; their values are put by hand
+            from streamling.secrets import SecretStore
+
+            store = SecretStore(ws.secrets)
+            for scope in bundle.secret_scopes:
+                store.create_scope(scope)
         live = ws.deployment()
         jobs: dict[str, Any] = {}
         resolved = bundle.to_json()

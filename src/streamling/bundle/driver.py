@@ -70,13 +70,29 @@ def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict
     os.environ.update(env_variables({"state_dir": deployment["state_dir"], **(deployment.get("config") or {})}))
     arguments = [_filler(job, params, context)(a) for a in task["parameters"]]
     if task["kind"] == "spark_python":
-        script = files / task["python_file"]
-        os.chdir(script.parent)
-        os.execv(sys.executable, [sys.executable, str(script), *arguments])
+        return _python_file(files / task["python_file"], arguments)
     from streamling.cli import main
 
     os.chdir(files)
     return main(arguments)
+
+
+def _python_file(script: Path, arguments: list[str]) -> int:
+    """A Python file task, run in this process as ``python FILE ARGS`` would run it (its folder first
+    on ``sys.path``, ``__name__ == "__main__"``), so what it prints passes the secrets' redaction."""
+    import runpy
+
+    os.chdir(script.parent)
+    sys.argv = [str(script), *arguments]
+    sys.path.insert(0, str(script.parent))
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as done:
+        if done.code is None or isinstance(done.code, int):
+            return int(done.code or 0)
+        print(done.code, file=sys.stderr)  # sys.exit("message"): the message and exit status 1, as Python does
+        return 1
+    return 0
 
 
 def _filler(job: dict[str, Any], params: dict[str, str], context: RunContext | None) -> Callable[[str], str]:
@@ -436,6 +452,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[STATS_FILE_ENV] = args.exit_file.removesuffix(".exit") + ".stats.json"
         os.environ.setdefault("STREAMLING__ADMIN_API_PORT", str(free_port()))
 
+    from streamling.secrets import SECRETS_DIR_ENV, RedactingStream
+
+    # What the task prints or logs never shows a secret it read (dbutils.secrets), as on Databricks.
+    sys.stdout = RedactingStream(sys.stdout)  # type: ignore[assignment]
+    sys.stderr = RedactingStream(sys.stderr)  # type: ignore[assignment]
+    os.environ[SECRETS_DIR_ENV] = str(Path(args.root) / "secrets")
     setup_logging(os.environ.get("STREAMLING__LOG_FORMAT", "text"), debug=False)
     code = 2
     try:

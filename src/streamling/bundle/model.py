@@ -162,6 +162,8 @@ class Bundle:
     files: list[Path]
     user: str
     warnings: list[str] = field(default_factory=list)
+    #: the secret scopes the bundle declares (``resources.secret_scopes``): deploy creates missing ones
+    secret_scopes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The resolved configuration (paths as text), for ``bundle validate -o json`` and deployment records."""
@@ -274,10 +276,13 @@ _JOB = _Map({
     "usage_policy_id": _DATABRICKS,
 })
 RESOURCE_KINDS = ("pipelines", "clusters", "schemas", "volumes", "apps", "dashboards", "experiments", "models",
-                  "registered_models", "model_serving_endpoints", "quality_monitors", "secret_scopes",
+                  "registered_models", "model_serving_endpoints", "quality_monitors",
                   "sql_warehouses", "alerts", "catalogs", "database_instances", "database_catalogs",
                   "synced_database_tables")
-_RESOURCES = _Map({"jobs": _Named(_JOB)}, rejected=RESOURCE_KINDS)
+_SECRET_SCOPE = _Map({"name": None, "backend_type": None},
+                     {"permissions": "a scope's file is readable by the runner's user only"},
+                     rejected=("keyvault_metadata",))
+_RESOURCES = _Map({"jobs": _Named(_JOB), "secret_scopes": _Named(_SECRET_SCOPE)}, rejected=RESOURCE_KINDS)
 _DEPLOY = "deploy copies the bundle folder as it is"
 _TARGET = _Map({"default": None, "mode": None, "workspace": _WORKSPACE, "variables": _Named(None),
                 "resources": _RESOURCES, "config": None}, {
@@ -813,9 +818,28 @@ class _Builder:
         self.check_run_jobs({**{k: v for k, v in built.items() if v is not None}, **self.iteration_jobs})
         built.update(self.iteration_jobs)
         target = Target(self.target, self.mode, root_path, root_raw is not None, file_path, config)
+        scopes = self.secret_scopes(_dict(resources.get("secret_scopes")))
         return Bundle(bundle_name, ctx.root, target, {k: v for k, v in values.items() if v is not None},
                       {k: v for k, v in built.items() if v is not None}, [f.path for f in ctx.files], self.user,
-                      ctx.warnings)
+                      ctx.warnings, scopes)
+
+    def secret_scopes(self, declared: dict[str, Any]) -> list[str]:
+        """Scopes of the local secret store (``streamling.secrets``); Azure Key Vault ones cannot be read here."""
+        names: list[str] = []
+        for key, body in declared.items():
+            path = f"resources.secret_scopes.{key}"
+            spec = _dict(self.resolver.tree(path, body, _SECRET_SCOPE))
+            backend = str(spec.get("backend_type") or "DATABRICKS").upper()
+            if backend != "DATABRICKS" or "keyvault_metadata" in spec:
+                shown = backend if backend != "DATABRICKS" else "Azure Key Vault"
+                self.ctx.add(f"{path}.backend_type" if "backend_type" in spec else f"{path}.keyvault_metadata",
+                             f"secret scope '{key}' is backed by {shown}; only the target's own secret store is read "
+                             "here",
+                             hint="drop backend_type (DATABRICKS: the target's store) and put the values with "
+                                  "`streamling bundle secrets put-secret`", code="bundle_unsupported")
+                continue
+            names.append(str(spec.get("name") or key))
+        return names
 
     def variables(self, cli_vars: Mapping[str, str], environ: Mapping[str, str]) -> list[str]:
         ctx, res = self.ctx, self.resolver

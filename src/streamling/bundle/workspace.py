@@ -13,6 +13,7 @@
   logs/run-<id>/<task>-<attempt>.log       driver logs (+ .exit, .stats.json, and .swap / .deployment:
                                            the hot-redeploy handshake, see streamling.bundle.handover)
   runner.lock / runner.pid / runner.log    the job runner of this root
+  secrets/<scope>.json                     secret scopes (0700 folder, 0600 files; see streamling.secrets)
 ```
 """
 
@@ -127,6 +128,10 @@ class Workspace:
     @property
     def logs(self) -> Path:
         return self.root / "logs"
+
+    @property
+    def secrets(self) -> Path:
+        return self.root / "secrets"
 
     @property
     def runner_lock(self) -> Path:

@@ -303,13 +303,16 @@ class DBUtils:
     A Python file task gets it with ``from streamling.notebook.dbutils import dbutils``."""
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        from streamling.secrets import Secrets
+
         self.widgets = Widgets(environ)
         self.jobs = Jobs(environ)
         self.notebook = Notebook()
+        self.secrets = Secrets(dict(environ) if environ is not None else None)
 
     def __repr__(self) -> str:
-        return ("<streamling dbutils (widgets, jobs.taskValues, notebook): the local stand-in for Databricks' "
-                "dbutils>")
+        return ("<streamling dbutils (widgets, jobs.taskValues, notebook, secrets): the local stand-in for "
+                "Databricks' dbutils>")
 
 
 #: The notebook's ``dbutils`` when the kernel has none (see ``load_ipython_extension``).
