@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -88,8 +89,61 @@ class Storage(Protocol):
         """Remove ``path`` and everything under it; nothing when it does not exist."""
 
 
+@dataclass(frozen=True)
+class FileInfo:
+    """One entry of a listing, as Databricks' ``dbutils.fs.ls`` returns it (folders end in ``/``)."""
+
+    path: str
+    name: str
+    size: int
+    modificationTime: int  # noqa: N815 - Databricks' field name; milliseconds since the epoch
+
+    def isDir(self) -> bool:  # noqa: N802 - Databricks' name
+        return self.name.endswith("/")
+
+    def isFile(self) -> bool:  # noqa: N802 - Databricks' name
+        return not self.isDir()
+
+
 class LocalStorage:
     """This host's disk, through ``pathlib``."""
+
+    def ls(self, path: str) -> list[FileInfo]:
+        target = local_path(path)
+        if not target.exists():
+            raise FileNotFoundError(path)
+        entries = sorted(target.iterdir()) if target.is_dir() else [target]
+        return [FileInfo(f"file:{e.resolve()}" + ("/" if e.is_dir() else ""), e.name + ("/" if e.is_dir() else ""),
+                         0 if e.is_dir() else e.stat().st_size, int(e.stat().st_mtime * 1000)) for e in entries]
+
+    def copy(self, source: str, target: str, recurse: bool = False) -> None:
+        import shutil
+
+        src, dst = local_path(source), local_path(target)
+        if src.is_dir():
+            if not recurse:
+                raise IsADirectoryError(f"{source} is a folder: copy it with recurse=True")
+            shutil.copytree(src, dst, dirs_exist_ok=True)
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+
+    def move(self, source: str, target: str) -> None:
+        import shutil
+
+        local_path(target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(local_path(source)), str(local_path(target)))
+
+    def head(self, path: str, max_bytes: int) -> bytes:
+        with local_path(path).open("rb") as handle:
+            return handle.read(max_bytes)
+
+    def put(self, path: str, data: bytes, overwrite: bool) -> None:
+        target = local_path(path)
+        if target.exists() and not overwrite:
+            raise FileExistsError(f"{path} exists: put it with overwrite=True")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
 
     def exists(self, path: str) -> bool:
         return local_path(path).exists()
@@ -201,6 +255,84 @@ class HadoopStorage:
             fs.delete(jpath, True)
         except Exception as exc:
             raise storage_error(exc, "delete", path) from exc
+
+    def ls(self, path: str) -> list[FileInfo]:
+        fs, jpath = self._fs(path)
+        try:
+            statuses = fs.listStatus(jpath)
+        except Exception as exc:
+            if _java_class(exc) == "java.io.FileNotFoundException":
+                raise FileNotFoundError(path) from exc
+            raise storage_error(exc, "list", path) from exc
+        out = []
+        for status in statuses:
+            folder = bool(status.isDirectory())
+            out.append(FileInfo(str(status.getPath().toString()) + ("/" if folder else ""),
+                                str(status.getPath().getName()) + ("/" if folder else ""),
+                                0 if folder else int(status.getLen()), int(status.getModificationTime())))
+        return sorted(out, key=lambda f: f.name)
+
+    def copy(self, source: str, target: str, recurse: bool = False) -> None:
+        src_fs, src = self._fs(source)
+        dst_fs, dst = self._fs(target)
+        try:
+            if src_fs.getFileStatus(src).isDirectory() and not recurse:
+                raise IsADirectoryError(f"{source} is a folder: copy it with recurse=True")
+            self._jvm.org.apache.hadoop.fs.FileUtil.copy(src_fs, src, dst_fs, dst, False, True, self._conf)
+        except IsADirectoryError:
+            raise
+        except Exception as exc:
+            if _java_class(exc) == "java.io.FileNotFoundException":
+                raise FileNotFoundError(source) from exc
+            raise storage_error(exc, "copy", f"{source} to {target}") from exc
+
+    def move(self, source: str, target: str) -> None:
+        src_fs, src = self._fs(source)
+        dst_fs, dst = self._fs(target)
+        try:
+            if src_fs.getUri().equals(dst_fs.getUri()):
+                dst_fs.mkdirs(dst.getParent())
+                if src_fs.rename(src, dst):
+                    return
+            # another file system (or a refused rename): copy, then delete the source
+            self._jvm.org.apache.hadoop.fs.FileUtil.copy(src_fs, src, dst_fs, dst, True, True, self._conf)
+        except Exception as exc:
+            if _java_class(exc) == "java.io.FileNotFoundException":
+                raise FileNotFoundError(source) from exc
+            raise storage_error(exc, "move", f"{source} to {target}") from exc
+
+    def head(self, path: str, max_bytes: int) -> bytes:
+        fs, jpath = self._fs(path)
+        try:
+            stream = fs.open(jpath)
+        except Exception as exc:
+            if _java_class(exc) == "java.io.FileNotFoundException":
+                raise FileNotFoundError(path) from exc
+            raise storage_error(exc, "read", path) from exc
+        try:
+            buffer = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream, max(0, int(max_bytes))) \
+                if max_bytes < int(fs.getFileStatus(jpath).getLen()) else \
+                self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+            return bytes(buffer)
+        except Exception as exc:
+            raise storage_error(exc, "read", path) from exc
+        finally:
+            stream.close()
+
+    def put(self, path: str, data: bytes, overwrite: bool) -> None:
+        fs, jpath = self._fs(path)
+        try:
+            if fs.exists(jpath) and not overwrite:
+                raise FileExistsError(f"{path} exists: put it with overwrite=True")
+            out = fs.create(jpath, bool(overwrite))
+            try:
+                out.write(data)
+            finally:
+                out.close()
+        except FileExistsError:
+            raise
+        except Exception as exc:
+            raise storage_error(exc, "write", path) from exc
 
 
 _LOCAL = LocalStorage()

@@ -263,6 +263,66 @@ class TaskValues:
                          "this task)")
 
 
+class Fs:
+    """``dbutils.fs`` on Hadoop file systems, as Databricks has it: ``ls``, ``cp``, ``mv``, ``rm``,
+    ``mkdirs``, ``put``, ``head``. Paths are local paths, ``file:`` URIs or any URI the session's
+    Hadoop configuration reaches (``hdfs://``, ``s3a://`` …), through ``streamling.storage``;
+    ``dbfs:/`` names Databricks' own file system, which does not exist here."""
+
+    def _storage(self, *paths: str) -> Any:
+        from streamling import storage
+
+        for path in paths:
+            if storage.scheme(path) == "dbfs":
+                raise StreamlingError(f"{path} is on DBFS, Databricks' own file system, which does not exist here",
+                                      hint="use a local path, file:/…, hdfs://… or s3a://…")
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        if spark is not None:
+            return storage.HadoopStorage(spark)
+        if all(storage.is_local(p) for p in paths):
+            return storage.LocalStorage()
+        raise StreamlingError(f"dbutils.fs needs a Spark session for {', '.join(p for p in paths if ':' in p)}",
+                              hint="create one first (in a job it exists as spark)")
+
+    def ls(self, dir: str) -> list[Any]:  # noqa: A002 - Databricks' parameter name
+        return list(self._storage(dir).ls(dir))
+
+    def cp(self, from_: str, to: str, recurse: bool = False) -> bool:
+        self._storage(from_, to).copy(from_, to, recurse)
+        return True
+
+    def mv(self, from_: str, to: str, recurse: bool = False) -> bool:  # noqa: ARG002 - a move takes folders whole
+        self._storage(from_, to).move(from_, to)
+        return True
+
+    def rm(self, dir: str, recurse: bool = False) -> bool:  # noqa: A002 - Databricks' parameter name
+        storage = self._storage(dir)
+        if not storage.exists(dir):
+            return False
+        entries = storage.ls(dir)
+        a_file = len(entries) == 1 and entries[0].isFile() and entries[0].name == dir.rstrip("/").rsplit("/", 1)[-1]
+        if entries and not a_file and not recurse:
+            raise StreamlingError(f"{dir} is a folder that is not empty", hint="remove it with recurse=True")
+        storage.delete(dir)
+        return True
+
+    def mkdirs(self, dir: str) -> bool:  # noqa: A002 - Databricks' parameter name
+        self._storage(dir).mkdirs(dir)
+        return True
+
+    def put(self, file: str, contents: str, overwrite: bool = False) -> bool:
+        self._storage(file).put(file, contents.encode("utf-8"), overwrite)
+        return True
+
+    def head(self, file: str, maxBytes: int = 65536) -> str:  # noqa: N803 - Databricks' parameter name
+        return bytes(self._storage(file).head(file, maxBytes)).decode("utf-8", errors="replace")
+
+    def __repr__(self) -> str:
+        return "<streamling dbutils.fs: ls, cp, mv, rm, mkdirs, put, head>"
+
+
 class NotebookExit(Exception):  # noqa: N818 - Databricks' verb, not an error
     """``dbutils.notebook.exit(value)``: the notebook ends here, successfully, with ``value``."""
 
@@ -308,10 +368,11 @@ class DBUtils:
         self.widgets = Widgets(environ)
         self.jobs = Jobs(environ)
         self.notebook = Notebook()
+        self.fs = Fs()
         self.secrets = Secrets(dict(environ) if environ is not None else None)
 
     def __repr__(self) -> str:
-        return ("<streamling dbutils (widgets, jobs.taskValues, notebook, secrets): the local stand-in for "
+        return ("<streamling dbutils (widgets, jobs.taskValues, notebook, secrets, fs): the local stand-in for "
                 "Databricks' dbutils>")
 
 
