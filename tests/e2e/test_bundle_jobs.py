@@ -11,6 +11,7 @@ import datetime
 import json
 import os
 import subprocess
+import sys
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -464,5 +465,73 @@ def test_a_notebook_whose_pipeline_fails_fails_its_run_with_the_node_and_message
         [failed] = runs(root, "broken")
         assert failed["state"] == "failed" and failed["attempts"][0]["exit_code"] == 1
         assert "Traceback" not in bundle(root, "logs", "1").stdout
+    finally:
+        bundle(root, "destroy", "--auto-approve")
+
+
+def test_a_wheel_built_from_artifacts_runs_with_its_pypi_dependency(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    package = root / "greeter"
+    package.mkdir(parents=True)
+    (package / "pyproject.toml").write_text(textwrap.dedent("""
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "greeter"
+        version = "0.1.0"
+
+        [project.scripts]
+        greet = "greeter:main"
+    """))
+    (package / "greeter.py").write_text(textwrap.dedent("""
+        import argparse, json, sys
+        import humanize  # from the job environment's dependencies, not streamling's own environment
+        from streamling.notebook.dbutils import dbutils
+
+        def main():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--out")
+            parser.add_argument("--n", type=int)
+            args = parser.parse_args()
+            with open(args.out, "w") as out:
+                json.dump({"n": humanize.intcomma(args.n), "argv0": sys.argv[0]}, out)
+            dbutils.jobs.taskValues.set("done", True)
+    """))
+    out = tmp_path / "out.json"
+    (root / "bundle.yml").write_text(textwrap.dedent(f"""
+        bundle: {{name: wheels}}
+        workspace: {{root_path: {tmp_path / 'root'}}}
+        artifacts:
+          greeter: {{type: whl, path: ./greeter}}
+        resources:
+          jobs:
+            wheel:
+              environments:
+                - environment_key: default
+                  spec: {{client: "1", dependencies: ["humanize==4.9.0"]}}
+              tasks:
+                - task_key: main
+                  environment_key: default
+                  libraries: [{{whl: ./greeter/dist/*.whl}}]
+                  python_wheel_task:
+                    package_name: greeter
+                    entry_point: greet
+                    named_parameters: {{out: "{out}", n: "1234567"}}
+        targets: {{prod: {{default: true, mode: production}}}}
+    """))
+    try:
+        deployed = jobs.bundle(root, ENV, "deploy", timeout=600)
+        assert deployed.returncode == 0, deployed.stderr
+        assert list((package / "dist").glob("greeter-0.1.0-*.whl"))  # deploy built the artifact
+        ran = bundle(root, "run", "wheel")
+        assert ran.returncode == 0, ran.stderr + bundle(root, "logs", "1").stdout
+        assert json.loads(out.read_text()) == {"n": "1,234,567", "argv0": "greeter"}
+        # the task's environment is its own: streamling's environment did not gain the dependency
+        missing = subprocess.run([sys.executable, "-c", "import humanize"], capture_output=True, text=True)
+        assert missing.returncode != 0
+        again = bundle(root, "deploy")  # same content: the environment is reused, the deploy is a no-op
+        assert again.returncode == 0 and "nothing changed" in again.stdout, again.stdout
     finally:
         bundle(root, "destroy", "--auto-approve")

@@ -151,12 +151,14 @@ def test_include_merges_files_into_one_tree() -> None:
 
 
 def test_keys_with_no_effect_are_warnings() -> None:
-    assert _load().warnings == [
+    bundle = _load()
+    assert bundle.warnings == [
         "bundle.yml:17: 'permissions' has no effect here: it configures a Databricks workspace, and there is none",
-        "bundle.yml:42: 'libraries' has no effect here: tasks run with the environment streamling is installed in",
         "resources/report.yml:19: 'job_cluster_key' has no effect here: tasks run on the target's Spark master "
         "(config.spark.master)",
     ]
+    # libraries install into the task's own environment at deploy: paths relative to their YAML file
+    assert bundle.jobs["ingest"].tasks[0].libraries == [str(VALID / "dist" / "*.whl")]
 
 
 def test_to_json_round_trips_through_json() -> None:
@@ -225,22 +227,29 @@ targets:
 
 
 def test_references_in_keys_with_no_effect_are_left_alone(tmp_path: Path) -> None:
-    """Databricks resolves ${...} in libraries or artifacts; an unknown one there must not fail a local bundle."""
+    """Databricks resolves ${...} in settings of its own workspace; an unknown one there must not fail a local
+    bundle. Artifacts and libraries take effect here, so theirs must resolve."""
     (tmp_path / "bundle.yml").write_text("""\
 bundle: {name: b}
+permissions: [{user_name: "${workspace.current_user.userName}", level: "${var.nowhere}"}]
 artifacts: {wheel: {path: "${var.nowhere}"}}
 resources:
   jobs:
     j:
+      job_clusters: [{job_cluster_key: c, new_cluster: {spark_version: "${var.nowhere}"}}]
       tasks:
         - task_key: t
           python_wheel_task: {package_name: streamling, entry_point: streamling}
-          libraries: [{whl: "${artifacts.wheel.path}"}]
 """)
-    bundle = _load(tmp_path)
-    assert [w.split(": ", 1)[1] for w in bundle.warnings] == [
-        "'artifacts' has no effect here: tasks run with the environment streamling is installed in",
-        "'libraries' has no effect here: tasks run with the environment streamling is installed in"]
+    with pytest.raises(ValidationError) as info:
+        _load(tmp_path)
+    assert [p.headline().split(" [")[0] for p in info.value.problems] == [
+        "unknown reference '${var.nowhere}'", "artifact 'wheel': folder ${var.nowhere} does not exist"]
+    (tmp_path / "bundle.yml").write_text((tmp_path / "bundle.yml").read_text().replace(
+        'artifacts: {wheel: {path: "${var.nowhere}"}}\n', ""))
+    assert [w.split(": ", 1)[1] for w in _load(tmp_path).warnings] == [
+        "'permissions' has no effect here: it configures a Databricks workspace, and there is none",
+        "'job_clusters' has no effect here: tasks run on the target's Spark master (config.spark.master)"]
 
 
 def test_loading_a_bundle_does_not_import_pyspark() -> None:

@@ -85,6 +85,11 @@ class TaskBuild:
             out["sql_file"] = _rel(self.task.sql_file, bundle.root)
         if self.task.run_job is not None:
             out["run_job"] = {"job": self.task.run_job, "parameters": dict(self.task.job_parameters)}
+        if self.task.libraries:  # the environment's content: a changed wheel changes the fingerprint
+            from streamling.bundle.environments import content_key
+
+            out["libraries"] = list(self.task.libraries)
+            out["environment"] = content_key(self.task.libraries)
         if self.task.for_each is not None:
             out["for_each"] = {"inputs": self.task.for_each.inputs, "concurrency": self.task.for_each.concurrency,
                                "job": self.task.for_each.job}
@@ -284,6 +289,10 @@ def deploy(bundle: Bundle, force: bool = False, force_lock: bool = False) -> Dep
         raise StreamlingError(f"target '{bundle.target.name}' is in production mode and the working copy has "
                               f"uncommitted changes ({shown})", code="bundle_dirty",
                               hint="commit them first, or deploy anyway with --force")
+    if bundle.artifacts:  # the wheels tasks install; built before the tasks' fingerprints are taken
+        from streamling.bundle.environments import build_artifacts
+
+        build_artifacts(bundle.artifacts)
     with deploy_lock(ws, force=force_lock):
         _check_store(bundle, ws)
         if bundle.secret_scopes:  # declared scopes exist (empty) once deployed; their values are put by hand
@@ -299,6 +308,12 @@ def deploy(bundle: Bundle, force: bool = False, force_lock: bool = False) -> Dep
             job_json = dict(resolved["jobs"][key])
             job_json["tasks"] = [tb.record(bundle) for tb in tasks.values()]
             jobs[key] = job_json
+        for job_json in jobs.values():  # each task's environment, built once per content
+            for record in job_json["tasks"]:
+                if record.get("libraries"):
+                    from streamling.bundle.environments import task_python
+
+                    record["python"] = task_python(record["libraries"])
         _refuse_incompatible(ws, live, jobs)
         result = _compare(live, jobs)
         if live is not None and not result.changed and not result.added and not result.removed \

@@ -71,6 +71,9 @@ def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict
     arguments = [_filler(job, params, context)(a) for a in task["parameters"]]
     if task["kind"] == "spark_python":
         return _python_file(files / task["python_file"], arguments)
+    if task["kind"] == "python_wheel" and task.get("package_name") != "streamling":
+        os.chdir(files)
+        return _wheel_entry_point(str(task["package_name"]), str(task["entry_point"]), arguments)
     from streamling.cli import main
 
     os.chdir(files)
@@ -93,6 +96,41 @@ def _python_file(script: Path, arguments: list[str]) -> int:
         print(done.code, file=sys.stderr)  # sys.exit("message"): the message and exit status 1, as Python does
         return 1
     return 0
+
+
+def _wheel_entry_point(package: str, entry_point: str, arguments: list[str]) -> int:
+    """A wheel task as Databricks runs it: the entry point ``entry_point`` the package's distribution
+    declares (console scripts first), else the function ``package.entry_point``; ``sys.argv`` is the
+    package name and the task's parameters."""
+    import importlib
+    from importlib import metadata
+
+    def norm(name: str) -> str:
+        return name.lower().replace("-", "_").replace(".", "_")
+
+    found = sorted((ep for ep in metadata.entry_points(name=entry_point)
+                    if ep.dist is not None and norm(ep.dist.name) == norm(package)),
+                   key=lambda ep: ep.group != "console_scripts")
+    try:
+        function = found[0].load() if found else getattr(importlib.import_module(package), entry_point)
+    except ModuleNotFoundError as exc:
+        raise StreamlingError(f"package '{package}' is not installed in the task's environment ({exc})",
+                              code="wheel_missing", hint="add its wheel to the task's libraries (built by the "
+                              "bundle's artifacts) or its environment's dependencies") from None
+    except AttributeError:
+        raise StreamlingError(f"package '{package}' has no entry point or function '{entry_point}'",
+                              code="wheel_entry_point_missing",
+                              hint="declare it in the wheel's [project.scripts] or name a function of the package"
+                              ) from None
+    sys.argv = [package, *arguments]
+    try:
+        result = function()
+    except SystemExit as done:
+        if done.code is None or isinstance(done.code, int):
+            return int(done.code or 0)
+        print(done.code, file=sys.stderr)
+        return 1
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
 def _filler(job: dict[str, Any], params: dict[str, str], context: RunContext | None) -> Callable[[str], str]:

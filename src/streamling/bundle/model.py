@@ -94,6 +94,9 @@ class Task:
     #: once, and the job that runs one iteration (its nested task; see ``Job.iteration_of``)
     for_each: ForEach | None = None
     run_if: str = "ALL_SUCCESS"
+    #: what the task's Python needs besides streamling (``libraries`` and its job environment's
+    #: ``dependencies``): pip requirement specs, ``-r <file>``, and wheel paths or globs (absolute)
+    libraries: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -134,6 +137,17 @@ class Job:
 
 
 @dataclass
+class Artifact:
+    """A wheel ``deploy`` builds (``artifacts.<name>``): ``build`` runs in ``path``, the wheels are its ``files``
+    (default ``dist/*.whl`` under ``path``)."""
+
+    name: str
+    path: Path
+    build: str | None
+    files: list[str]
+
+
+@dataclass
 class Target:
     """Where a deployment lives and how it runs.
 
@@ -164,6 +178,7 @@ class Bundle:
     warnings: list[str] = field(default_factory=list)
     #: the secret scopes the bundle declares (``resources.secret_scopes``): deploy creates missing ones
     secret_scopes: list[str] = field(default_factory=list)
+    artifacts: list[Artifact] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The resolved configuration (paths as text), for ``bundle validate -o json`` and deployment records."""
@@ -244,8 +259,11 @@ _TASK = _Map({
                          rejected=("notebook_params", "python_params", "jar_params", "python_named_params",
                                    "spark_submit_params", "sql_params", "dbt_commands")),
     "max_retries": None, "min_retry_interval_millis": None, "retry_on_timeout": None, "timeout_seconds": None,
+    "libraries": _List(_Map({"whl": None, "pypi": _Map({"package": None, "repo": None}), "requirements": None},
+                            rejected=("jar", "maven", "egg", "cran"))),
+    "environment_key": None,
 }, {
-    "libraries": _LIBS, "environment_key": _LIBS, "job_cluster_key": _COMPUTE, "existing_cluster_id": _COMPUTE,
+    "job_cluster_key": _COMPUTE, "existing_cluster_id": _COMPUTE,
     "new_cluster": _COMPUTE, "compute_key": _COMPUTE,
     "description": "descriptions are not shown here", "email_notifications": "notifications are set per job here",
     "webhook_notifications": "notifications are set per job here", "notification_settings": _DATABRICKS,
@@ -266,8 +284,12 @@ _JOB = _Map({
     "email_notifications": _Map({e: _List(None) for e in _EVENTS}, {
         "on_duration_warning_threshold_exceeded": _NOTIFY, "on_streaming_backlog_exceeded": _NOTIFY,
         "no_alert_for_skipped_runs": "skipped runs send no notification here"}),
+    "environments": _List(_Map({"environment_key": None, "spec": _Map(
+        {"dependencies": _List(None)},
+        {"client": "the environment is built on the target's Python", "environment_version": "the environment is "
+         "built on the target's Python", "base_environment": "the environment is built on streamling's own"})})),
 }, {
-    "job_clusters": _COMPUTE, "environments": _LIBS,
+    "job_clusters": _COMPUTE,
     "queue": "the job runner decides what happens to runs beyond max_concurrent_runs",
     "health": _NOTIFY, "permissions": _DATABRICKS, "run_as": "jobs run as the user running the job runner",
     "description": "descriptions are not shown here", "notification_settings": _DATABRICKS,
@@ -284,11 +306,14 @@ _SECRET_SCOPE = _Map({"name": None, "backend_type": None},
                      rejected=("keyvault_metadata",))
 _RESOURCES = _Map({"jobs": _Named(_JOB), "secret_scopes": _Named(_SECRET_SCOPE)}, rejected=RESOURCE_KINDS)
 _DEPLOY = "deploy copies the bundle folder as it is"
+_ARTIFACT = _Map({"type": None, "build": None, "path": None, "files": _List(_Map({"source": None}))},
+                 {"executable": "build commands run in a POSIX shell here",
+                  "dynamic_version": "a wheel is installed by its file here, whatever its version"})
 _TARGET = _Map({"default": None, "mode": None, "workspace": _WORKSPACE, "variables": _Named(None),
-                "resources": _RESOURCES, "config": None}, {
+                "resources": _RESOURCES, "config": None, "artifacts": _Named(_ARTIFACT)}, {
     "presets": "development mode's prefix, tags and pauses are fixed here", "run_as": _DATABRICKS,
     "permissions": _DATABRICKS, "cluster_id": _COMPUTE, "compute_id": _COMPUTE,
-    "git": "git details are not recorded here", "sync": _DEPLOY, "artifacts": _LIBS,
+    "git": "git details are not recorded here", "sync": _DEPLOY,
     "bundle": "bundle settings are not overridden per target here"})
 _TOP = _Map({
     "bundle": _Map({"name": None, "uuid": None}, {
@@ -298,8 +323,9 @@ _TOP = _Map({
     "include": _List(None),
     "variables": _Named(_Map({"description": None, "default": None, "type": None}, rejected=("lookup",))),
     "workspace": _WORKSPACE, "resources": _RESOURCES, "targets": _Named(_TARGET), "config": None,
+    "artifacts": _Named(_ARTIFACT),
 }, {
-    "artifacts": _LIBS, "sync": _DEPLOY, "permissions": _DATABRICKS, "run_as": _DATABRICKS,
+    "sync": _DEPLOY, "permissions": _DATABRICKS, "run_as": _DATABRICKS,
     "presets": "development mode's prefix, tags and pauses are fixed here", "experimental": _DATABRICKS,
     "python": "resources are declared in YAML here", "scripts": "deploy runs no scripts here",
 }, ("environments",))
@@ -661,7 +687,7 @@ def load_bundle(root: Path, target: str | None = None, variables: Mapping[str, s
         ctx.fail()
     assert chosen is not None
     body = _dict(targets.get(chosen))
-    for section in ("workspace", "resources", "config"):
+    for section in ("workspace", "resources", "config", "artifacts"):
         if isinstance(body.get(section), dict):
             if ctx.data.get(section) is None:
                 ctx.data[section] = {}
@@ -752,6 +778,8 @@ class _Builder:
         self.user = user
         self.resolver = _Resolver(ctx)
         self.node: tuple[str, str] | None = None
+        #: the job being built: its environments' dependencies by environment_key
+        self.environments: dict[str, list[str]] = {}
         #: jobs that run one iteration of a for-each task, added next to the bundle's own
         self.iteration_jobs: dict[str, Job] = {}
         mode = body.get("mode")
@@ -818,10 +846,82 @@ class _Builder:
         self.check_run_jobs({**{k: v for k, v in built.items() if v is not None}, **self.iteration_jobs})
         built.update(self.iteration_jobs)
         target = Target(self.target, self.mode, root_path, root_raw is not None, file_path, config)
+        self.node = None
         scopes = self.secret_scopes(_dict(resources.get("secret_scopes")))
+        artifacts = [a for k, v in _dict(data.get("artifacts")).items()
+                     if (a := self.artifact(str(k), res.tree(f"artifacts.{k}", v, _ARTIFACT))) is not None]
         return Bundle(bundle_name, ctx.root, target, {k: v for k, v in values.items() if v is not None},
                       {k: v for k, v in built.items() if v is not None}, [f.path for f in ctx.files], self.user,
-                      ctx.warnings, scopes)
+                      ctx.warnings, scopes, artifacts)
+
+    def artifact(self, name: str, body: Any) -> Artifact | None:
+        path = f"artifacts.{name}"
+        spec = _dict(body)
+        kind = str(spec.get("type") or "whl")
+        if kind != "whl":
+            self.ctx.add(f"{path}.type", f"artifact '{name}' is of type {kind!r}; only Python wheels (whl) are "
+                         "built here", hint="type: whl", code="bundle_unsupported")
+            return None
+        raw = self.str_(spec, "path", path) or "."
+        folder, shown, hint = self.locate(f"{path}.path" if "path" in spec else path, raw, "artifacts.path")
+        if not folder.is_dir():
+            self.add(f"{path}.path" if "path" in spec else path, f"artifact '{name}': folder {shown} does not exist",
+                     hint=hint, code="bundle_missing_file")
+            return None
+        files = [str(folder / _text(_dict(f).get("source"))) for f in _list(spec.get("files"))
+                 if _dict(f).get("source")] or [str(folder / "dist" / "*.whl")]
+        return Artifact(name, folder, self.str_(spec, "build", path), files)
+
+    def job_environments(self, path: str, items: Any) -> dict[str, list[str]]:
+        """A job's ``environments``: each key's dependencies as pip requirements (paths made absolute)."""
+        out: dict[str, list[str]] = {}
+        for i, item in enumerate(_list(items)):
+            key = self.str_(_dict(item), "environment_key", f"{path}.environments.{i}", required=True)
+            deps = []
+            for j, dep in enumerate(_list(_dict(_dict(item).get("spec")).get("dependencies"))):
+                text, at = _text(dep).strip(), f"{path}.environments.{i}.spec.dependencies.{j}"
+                if text.startswith("-r "):
+                    deps.append(f"-r {self.library_path(at, text[3:].strip())}")
+                elif text.startswith(("./", "../", "/")) or text.endswith(".whl"):
+                    deps.append(self.library_path(at, text))
+                else:
+                    deps.append(text)
+            if key is not None:
+                out[key] = deps
+        return out
+
+    def libraries(self, where: str, items: Any, environments: dict[str, list[str]], environment_key: Any) -> list[str]:
+        """A task's ``libraries`` and its ``environment_key``'s dependencies, as pip requirements."""
+        out: list[str] = []
+        for i, item in enumerate(_list(items)):
+            spec, at = _dict(item), f"{where}.libraries.{i}"
+            for other in ("jar", "maven", "egg", "cran"):
+                if other in spec:
+                    self.add(f"{at}.{other}", f"{other} libraries cannot be installed here: tasks run Python",
+                             hint="use whl, pypi or requirements", code="bundle_unsupported")
+            if "whl" in spec:
+                out.append(self.library_path(f"{at}.whl", _text(spec["whl"])))
+            elif "pypi" in spec:
+                package = self.str_(_dict(spec["pypi"]), "package", f"{at}.pypi", required=True)
+                if package:
+                    repo = _dict(spec["pypi"]).get("repo")
+                    out.append(f"{package} --index-url {_text(repo)}" if repo else package)
+            elif "requirements" in spec:
+                out.append(f"-r {self.library_path(f'{at}.requirements', _text(spec['requirements']))}")
+        if environment_key is not None:
+            key = _text(environment_key)
+            if key not in environments:
+                self.add(f"{where}.environment_key", f"environment_key '{key}' is not one of the job's environments"
+                         f"{did_you_mean(key, list(environments))}",
+                         hint=f"environments: {', '.join(environments) or 'none declared'}")
+            out.extend(environments.get(key, []))
+        return out
+
+    def library_path(self, where: str, raw: str) -> str:
+        """A wheel or requirements file, relative to the YAML file naming it (it may not exist before
+        ``deploy`` builds the artifacts)."""
+        resolved, _, _ = self.locate(where, raw, "a library path")
+        return str(resolved)
 
     def secret_scopes(self, declared: dict[str, Any]) -> list[str]:
         """Scopes of the local secret store (``streamling.secrets``); Azure Key Vault ones cannot be read here."""
@@ -997,6 +1097,7 @@ class _Builder:
         tags = self.strings(body, "tags", path)
         if dev:
             name, tags["dev"] = f"[dev {self.user}] {name}", self.user
+        self.environments = self.job_environments(path, body.get("environments"))
         raw_tasks = body.get("tasks")
         if not raw_tasks:
             self.add(path if raw_tasks is None else f"{path}.tasks", "has no tasks",
@@ -1200,10 +1301,11 @@ class _Builder:
         elif kind == "python_wheel_task":
             package = self.str_(spec, "package_name", where, required=True)
             entry = self.str_(spec, "entry_point", where, required=True)
-            if package is not None and package != "streamling":
-                self.add(f"{where}.package_name", f"package_name is '{package}'; only the streamling wheel is "
-                         "installed here", hint="use package_name: streamling, or run your code as a notebook_task "
-                                                "or spark_python_task")
+            if package is not None and package != "streamling" and not body.get("libraries") \
+                    and body.get("environment_key") is None:
+                self.add(f"{where}.package_name", f"package_name is '{package}', but the task installs no wheel",
+                         hint="add libraries: [{whl: ./dist/*.whl}] (built by artifacts), or an environment_key "
+                              "whose dependencies provide it")
             named = _dict(spec.get("named_parameters"))
             if named and parameters:
                 self.add(f"{where}.named_parameters", "has both parameters and named_parameters",
@@ -1246,8 +1348,9 @@ class _Builder:
                              code="bundle_unsupported")
             run_job = self.str_(spec, "job_id", where, required=True)
             job_parameters = self.strings(spec, "job_parameters", where)
+        libraries = self.libraries(path, body.get("libraries"), self.environments, body.get("environment_key"))
         return Task(
-            key=key, depends_on=depends,
+            key=key, depends_on=depends, libraries=libraries,
             kind=cast(Literal["notebook", "spark_python", "python_wheel", "condition", "sql", "run_job", "for_each"],
                       kind[:-5]),
             condition=condition, outcomes=outcomes, run_if=run_if, sql_file=sql_file, run_job=run_job,

@@ -445,7 +445,9 @@ class Runner:
         attempt_id = self.store.start_attempt(run_id, task_key, number, self.version, str(log_path), self.host)
         context = self._context(run_id, job_key, task_key, attempt_id, number)
         params = {k: v for k, v in params.items() if k not in (ITERATION_INPUT, ITERATION_INDEX)}  # in the context
-        cmd = [sys.executable, "-m", "streamling.bundle.driver", "--root", str(self.ws.root),
+        # a task with libraries runs on its own environment's interpreter (see bundle.environments)
+        python = (self._task_record(self.version, job_key, task_key) or {}).get("python") or sys.executable
+        cmd = [python, "-m", "streamling.bundle.driver", "--root", str(self.ws.root),
                "--deployment", str(self.version), "--job", job_key, "--task", task_key,
                "--params", json.dumps(params), "--exit-file", f"{log_path}.exit", "--attempt", str(attempt_id),
                "--context", json.dumps(context)]
