@@ -135,6 +135,8 @@ class Runner:
         self._deployments: dict[int, dict[str, Any] | None] = {}  # immutable once written: read each once
         self._schedules: dict[tuple[str, str], QuartzSchedule] = {}
         self._stop = threading.Event()
+        #: set to end the wait between ticks early: a driver exited (SIGCHLD) or the runner stops
+        self._wake = threading.Event()
         self._idle_since: float | None = None
 
     # --- main loop --------------------------------------------------------------------------------
@@ -163,9 +165,19 @@ class Runner:
                     if self.store.shared:
                         self.store.release_lease(self.holder)
                     return
-                self._stop.wait(TICK_SECS)
+                # The next tick comes at once when a driver exits: the task after it starts without
+                # waiting out the tick (a chain of short tasks would otherwise lose up to a tick each).
+                self._wake.wait(TICK_SECS)
+                self._wake.clear()
         finally:
             self.store.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
 
     # --- the lease (shared stores) ------------------------------------------------------------------
 
@@ -337,7 +349,7 @@ class Runner:
             result: dict[str, Any]
             if kind == "shutdown":
                 self.store.handled(req["id"], {"ok": True})
-                self._stop.set()
+                self.stop()
                 return
             if kind == "run":
                 if self.deployment is None or job_key not in self.deployment["jobs"]:
@@ -1005,7 +1017,8 @@ def main(argv: list[str] | None = None) -> int:
     if ws.store_settings().store != "sqlite":
         # Several hosts: the store's lease decides who supervises, not a lock on one host's disk.
         runner = Runner(ws.root)
-        signal.signal(signal.SIGTERM, lambda *_: runner._stop.set())
+        signal.signal(signal.SIGTERM, lambda *_: runner.stop())
+        signal.signal(signal.SIGCHLD, lambda *_: runner.wake())
         log.info("runner %s (pid %d) for %s, run store %s", runner.holder, os.getpid(), ws.root, runner.store.describe)
         runner.serve()
         return 0
@@ -1020,7 +1033,8 @@ def main(argv: list[str] | None = None) -> int:
         handle.write(str(os.getpid()))
         handle.flush()
         runner = Runner(ws.root)
-        signal.signal(signal.SIGTERM, lambda *_: runner._stop.set())
+        signal.signal(signal.SIGTERM, lambda *_: runner.stop())
+        signal.signal(signal.SIGCHLD, lambda *_: runner.wake())
         log.info("runner %d supervises %s", os.getpid(), ws.root)
         runner.serve()
     return 0
