@@ -90,6 +90,12 @@ class TaskBuild:
 
             out["libraries"] = list(self.task.libraries)
             out["environment"] = content_key(self.task.libraries)
+        if self.task.spark_conf:
+            out["spark_conf"] = dict(self.task.spark_conf)
+        if self.task.spark_env_vars:
+            out["spark_env_vars"] = dict(self.task.spark_env_vars)
+        if self.task.pipeline is not None:
+            out["pipeline"] = {"id": self.task.pipeline, "full_refresh": self.task.full_refresh}
         if self.task.for_each is not None:
             out["for_each"] = {"inputs": self.task.for_each.inputs, "concurrency": self.task.for_each.concurrency,
                                "job": self.task.for_each.job}

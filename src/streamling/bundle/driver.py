@@ -58,17 +58,24 @@ def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict
         os.environ[TASK_VALUES_FILE_ENV] = str(values_file(log_path))
     values = _parameters(job, task, params, context)
     os.environ["STREAMLING_JOB_PARAMETERS"] = json.dumps(values)
+    os.environ.update(task.get("spark_env_vars") or {})  # its cluster's environment, on the driver too
     files = Path(deployment["file_path"])
     if task["kind"] == "notebook":
         return _notebook_task(ws, version, job_key, task_key, params, log_path, context)
     if task["kind"] == "sql":
         return _executed_notebook(ws, version, job_key, task, log_path)
+    if task["kind"] == "pipeline":
+        return _pipeline_update(deployment, task)
     # A plain CLI task gets the target's settings as STREAMLING__ variables (the same layer users
     # have), with checkpoints under the target root rather than next to wherever it runs.
     from streamling.config import env_variables
 
-    os.environ.update(env_variables({"state_dir": deployment["state_dir"], **(deployment.get("config") or {})}))
+    config = task_config(deployment, task)
+    os.environ.update(env_variables({"state_dir": deployment["state_dir"], **config}))
     arguments = [_filler(job, params, context)(a) for a in task["parameters"]]
+    if task["kind"] == "spark_python" or (task["kind"] == "python_wheel" and task.get("package_name") != "streamling"):
+        # The task's own SparkSession.builder.getOrCreate() gets the target's master and Spark settings.
+        os.environ["PYSPARK_SUBMIT_ARGS"] = _submit_args(config)
     if task["kind"] == "spark_python":
         return _python_file(files / task["python_file"], arguments)
     if task["kind"] == "python_wheel" and task.get("package_name") != "streamling":
@@ -78,6 +85,28 @@ def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict
 
     os.chdir(files)
     return main(arguments)
+
+
+def task_config(deployment: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
+    """The target's runtime settings for this task: its cluster's ``spark_conf`` over the target's
+    ``spark.conf``, and its ``spark_env_vars`` on the executors too (``spark.executorEnv.*``)."""
+    from streamling.config import deep_merge
+
+    conf = {**(task.get("spark_conf") or {}),
+            **{f"spark.executorEnv.{k}": v for k, v in (task.get("spark_env_vars") or {}).items()}}
+    config = dict(deployment.get("config") or {})
+    return deep_merge(config, {"spark": {"conf": conf}}) if conf else config
+
+
+def _submit_args(config: dict[str, Any]) -> str:
+    """``PYSPARK_SUBMIT_ARGS`` for a session the task's own code builds: master and Spark settings."""
+    import shlex
+
+    spark = config.get("spark") or {}
+    args = ["--master", str(spark.get("master") or "local[*]")]
+    for key, value in (spark.get("conf") or {}).items():
+        args += ["--conf", f"{key}={value}"]
+    return " ".join(shlex.quote(a) for a in args) + " pyspark-shell"
 
 
 def _python_file(script: Path, arguments: list[str]) -> int:
@@ -191,7 +220,7 @@ def _definition(ws: Any, version: int, job_key: str, task_key: str, params: dict
     # Relative paths in the notebook resolve in its folder of the synced files, as on Databricks.
     cwd = Path(deployment["file_path"]) / Path(task["notebook_path"]).parent
     cwd.mkdir(parents=True, exist_ok=True)
-    config = deployment.get("config") or {}
+    config = task_config(deployment, task)
     # Checkpoints go under the target root unless the target names shared storage for them
     # (``config: {state_dir: hdfs://…}``), as a CLI task's do (see ``run_task``).
     overrides = deep_merge(config, {"application_id": task["application_id"],
@@ -225,6 +254,60 @@ def _notebook_task(ws: Any, version: int, job_key: str, task_key: str, params: d
     return execute(first.spec, first.settings, stop_after_secs=first.seconds, successor=redeploys)
 
 
+def _pipeline_update(deployment: dict[str, Any], task: dict[str, Any]) -> int:
+    """A pipeline task: one update of a declarative pipeline by Spark's own ``spark-pipelines`` CLI,
+    with its state (``storage``: checkpoints of its streaming tables) under the target root and its
+    tables in the root's ``warehouse/``; a full refresh recomputes every table from scratch."""
+    import subprocess
+
+    import yaml
+
+    key = task["pipeline"]["id"]
+    resolved = deployment["resolved"]
+    pipeline = resolved["pipelines"][key]
+    files = Path(deployment["file_path"])
+    home = Path(deployment["state_dir"]) / "pipelines" / key
+    home.mkdir(parents=True, exist_ok=True)
+    # The spec's library globs are relative to its folder; the sources are the deployed files.
+    libraries = []
+    for library in pipeline["libraries"]:
+        folder = library.endswith("/**")
+        deployed = files / Path(library.removesuffix("/**")).relative_to(resolved["root"])
+        libraries.append({"glob": {"include": os.path.relpath(deployed, home) + ("/**" if folder else "")}})
+    spec = {"name": pipeline["name"], "storage": (home / "storage").as_uri(), "libraries": libraries,
+            "configuration": {"spark.sql.warehouse.dir": str(Path(deployment["root_path"]) / "warehouse"),
+                              **pipeline["configuration"]}}
+    if pipeline.get("catalog"):
+        spec["catalog"] = pipeline["catalog"]
+    if pipeline.get("schema"):
+        spec["database"] = pipeline["schema"]
+    spec_file = home / "spark-pipeline.yml"
+    spec_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    command = [str(Path(sys.executable).parent / "spark-pipelines"), "run", "--spec", str(spec_file)]
+    if task["pipeline"].get("full_refresh"):
+        command.append("--full-refresh-all")
+    log.info("pipeline task '%s': updating pipeline '%s'%s: %s", task["task_key"], key,
+             " (full refresh)" if task["pipeline"].get("full_refresh") else "", " ".join(command))
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    sys.stdout.flush()
+    proc = subprocess.Popen(command, cwd=home, env=env, start_new_session=True)
+
+    def forward(signum: int, _frame: Any) -> None:  # a cancel stops the update (its tables stay as they were)
+        try:
+            os.killpg(proc.pid, signum)
+        except OSError:
+            pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    code = proc.wait()
+    if code != 0:
+        raise StreamlingError(f"the update of pipeline '{key}' failed (spark-pipelines exited with {code})",
+                              code="pipeline_failed", hint="the driver log above has Spark's error")
+    return 0
+
+
 def _executed_notebook(ws: Any, version: int, job_key: str, task: dict[str, Any], log_path: Path | None) -> int:
     """A notebook with Python, SQL or shell cells, or a SQL task's file: its driver runs every cell
     (``NotebookJob``; a SQL file is one SQL cell) on a SparkSession built with the target's settings."""
@@ -245,7 +328,7 @@ def _executed_notebook(ws: Any, version: int, job_key: str, task: dict[str, Any]
         path, name, cells = ws.deployment_dir(version) / task["notebook_snapshot"], str(task["notebook_path"]), None
     cwd = files / Path(name).parent
     cwd.mkdir(parents=True, exist_ok=True)
-    config = deployment.get("config") or {}
+    config = task_config(deployment, task)
     application_id = task.get("application_id") or default_application_id(
         str(deployment.get("name") or "bundle"), job_key, task["task_key"])
     target = deep_merge(config, {"application_id": application_id,

@@ -42,8 +42,8 @@ BUNDLE_FILES = ("bundle.yml", "bundle.yaml", "databricks.yml", "databricks.yaml"
 NOTEBOOK_HEADER = "# Databricks notebook source"
 SQL_NOTEBOOK_HEADER = "-- Databricks notebook source"
 PAYLOADS = ("notebook_task", "spark_python_task", "python_wheel_task", "condition_task", "sql_task", "run_job_task",
-            "for_each_task")
-UNSUPPORTED_PAYLOADS = ("pipeline_task", "dbt_task",
+            "for_each_task", "pipeline_task")
+UNSUPPORTED_PAYLOADS = ("dbt_task",
                         "spark_jar_task", "spark_submit_task", "clean_rooms_notebook_task", "dashboard_task",
                         "power_bi_task", "gen_ai_compute_task", "alert_task")
 PauseStatus = Literal["PAUSED", "UNPAUSED"]
@@ -69,7 +69,7 @@ class Task:
 
     key: str
     depends_on: list[str]
-    kind: Literal["notebook", "spark_python", "python_wheel", "condition", "sql", "run_job", "for_each"]
+    kind: Literal["notebook", "spark_python", "python_wheel", "condition", "sql", "run_job", "for_each", "pipeline"]
     notebook_path: Path | None  #: absolute, resolved relative to the YAML file that declares it
     base_parameters: dict[str, str]
     python_file: Path | None  #: absolute, resolved relative to its YAML file
@@ -94,6 +94,13 @@ class Task:
     #: once, and the job that runs one iteration (its nested task; see ``Job.iteration_of``)
     for_each: ForEach | None = None
     run_if: str = "ALL_SUCCESS"
+    #: a pipeline task: the pipeline it updates (a key of ``Bundle.pipelines``), and whether it recomputes all
+    pipeline: str | None = None
+    full_refresh: bool = False
+    #: its cluster's Spark settings (``new_cluster``, ``job_cluster_key``, ``existing_cluster_id``): the
+    #: ``spark_conf`` applies to the task's Spark session, ``spark_env_vars`` to its driver and executors
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    spark_env_vars: dict[str, str] = field(default_factory=dict)
     #: what the task's Python needs besides streamling (``libraries`` and its job environment's
     #: ``dependencies``): pip requirement specs, ``-r <file>``, and wheel paths or globs (absolute)
     libraries: list[str] = field(default_factory=list)
@@ -134,6 +141,21 @@ class Job:
     source: str
     #: (job, task) of the for-each task whose iterations this hidden job runs, each with ``{{input}}``
     iteration_of: tuple[str, str] | None = None
+
+
+@dataclass
+class Pipeline:
+    """A Lakeflow (Databricks) declarative pipeline, run here by Apache Spark's Declarative Pipelines
+    (``pyspark.pipelines``, the ``spark-pipelines`` CLI): its source files and folders (``folder/**``),
+    its default catalog and schema, and the Spark settings of its runs."""
+
+    key: str
+    name: str
+    libraries: list[str]  #: absolute file paths and folder globs (``…/**``)
+    catalog: str | None
+    schema: str | None
+    configuration: dict[str, str]
+    source: str = ""
 
 
 @dataclass
@@ -179,6 +201,7 @@ class Bundle:
     #: the secret scopes the bundle declares (``resources.secret_scopes``): deploy creates missing ones
     secret_scopes: list[str] = field(default_factory=list)
     artifacts: list[Artifact] = field(default_factory=list)
+    pipelines: dict[str, Pipeline] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The resolved configuration (paths as text), for ``bundle validate -o json`` and deployment records."""
@@ -232,6 +255,16 @@ class _List:
 _Shape = _Map | _Named | _List | None  # None: a value checked by the builder
 
 _COMPUTE = "tasks run on the target's Spark master (config.spark.master)"
+_SIZE = "a cluster's size and runtime come from the target's Spark master here"
+#: a Databricks cluster spec: its Spark settings apply to the task's Spark, the rest has no effect
+_CLUSTER = _Map({"spark_conf": _Named(None), "spark_env_vars": _Named(None)}, {
+    k: _SIZE for k in ("spark_version", "node_type_id", "driver_node_type_id", "num_workers", "autoscale",
+                       "cluster_name", "custom_tags", "aws_attributes", "azure_attributes", "gcp_attributes",
+                       "data_security_mode", "runtime_engine", "enable_elastic_disk", "instance_pool_id",
+                       "driver_instance_pool_id", "policy_id", "apply_policy_default_values", "init_scripts",
+                       "cluster_log_conf", "single_user_name", "autotermination_minutes", "ssh_public_keys",
+                       "spark_python_task", "is_single_node", "kind", "use_ml_runtime", "workload_type",
+                       "docker_image", "enable_local_disk_encryption", "permissions", "libraries")})
 _DATABRICKS = "it configures a Databricks workspace, and there is none"
 _LIBS = "tasks run with the environment streamling is installed in"
 _NOTIFY = "streaming backlog and duration warnings are not raised here"
@@ -255,16 +288,16 @@ _TASK = _Map({
                      {"warehouse_id": "SQL runs on the target's Spark, not on a SQL warehouse"},
                      rejected=("query", "dashboard", "alert")),
     "run_job_task": _Map({"job_id": None, "job_parameters": _Named(None)},
-                         {"pipeline_params": "pipelines are not deployed here"},
+                         {"pipeline_params": "a run's pipelines refresh as their own pipeline_task says"},
                          rejected=("notebook_params", "python_params", "jar_params", "python_named_params",
                                    "spark_submit_params", "sql_params", "dbt_commands")),
     "max_retries": None, "min_retry_interval_millis": None, "retry_on_timeout": None, "timeout_seconds": None,
     "libraries": _List(_Map({"whl": None, "pypi": _Map({"package": None, "repo": None}), "requirements": None},
                             rejected=("jar", "maven", "egg", "cran"))),
-    "environment_key": None,
+    "environment_key": None, "job_cluster_key": None, "existing_cluster_id": None, "new_cluster": _CLUSTER,
+    "pipeline_task": _Map({"pipeline_id": None, "full_refresh": None}),
 }, {
-    "job_cluster_key": _COMPUTE, "existing_cluster_id": _COMPUTE,
-    "new_cluster": _COMPUTE, "compute_key": _COMPUTE,
+    "compute_key": _COMPUTE,
     "description": "descriptions are not shown here", "email_notifications": "notifications are set per job here",
     "webhook_notifications": "notifications are set per job here", "notification_settings": _DATABRICKS,
     "health": _NOTIFY, "disable_auto_optimization": _DATABRICKS,
@@ -284,12 +317,12 @@ _JOB = _Map({
     "email_notifications": _Map({e: _List(None) for e in _EVENTS}, {
         "on_duration_warning_threshold_exceeded": _NOTIFY, "on_streaming_backlog_exceeded": _NOTIFY,
         "no_alert_for_skipped_runs": "skipped runs send no notification here"}),
+    "job_clusters": _List(_Map({"job_cluster_key": None, "new_cluster": _CLUSTER})),
     "environments": _List(_Map({"environment_key": None, "spec": _Map(
         {"dependencies": _List(None)},
         {"client": "the environment is built on the target's Python", "environment_version": "the environment is "
          "built on the target's Python", "base_environment": "the environment is built on streamling's own"})})),
 }, {
-    "job_clusters": _COMPUTE,
     "queue": "the job runner decides what happens to runs beyond max_concurrent_runs",
     "health": _NOTIFY, "permissions": _DATABRICKS, "run_as": "jobs run as the user running the job runner",
     "description": "descriptions are not shown here", "notification_settings": _DATABRICKS,
@@ -297,14 +330,26 @@ _JOB = _Map({
     "edit_mode": _DATABRICKS, "deployment": _DATABRICKS, "format": _DATABRICKS, "performance_target": _DATABRICKS,
     "usage_policy_id": _DATABRICKS,
 })
-RESOURCE_KINDS = ("pipelines", "clusters", "schemas", "volumes", "apps", "dashboards", "experiments", "models",
+RESOURCE_KINDS = ("schemas", "volumes", "apps", "dashboards", "experiments", "models",
                   "registered_models", "model_serving_endpoints", "quality_monitors",
                   "sql_warehouses", "alerts", "catalogs", "database_instances", "database_catalogs",
                   "synced_database_tables")
 _SECRET_SCOPE = _Map({"name": None, "backend_type": None},
                      {"permissions": "a scope's file is readable by the runner's user only"},
                      rejected=("keyvault_metadata",))
-_RESOURCES = _Map({"jobs": _Named(_JOB), "secret_scopes": _Named(_SECRET_SCOPE)}, rejected=RESOURCE_KINDS)
+_DLT = "it configures Databricks' pipeline service"
+_PIPELINE = _Map({
+    "name": None, "catalog": None, "schema": None, "target": None, "configuration": _Named(None),
+    "libraries": _List(_Map({"glob": _Map({"include": None}), "file": _Map({"path": None}),
+                             "notebook": _Map({"path": None})}, rejected=("jar", "maven", "whl"))),
+    "continuous": None,
+}, {**{k: _DLT for k in ("clusters", "photon", "serverless", "channel", "edition", "permissions", "notifications",
+                         "budget_policy_id", "environment", "root_path", "allow_duplicate_names", "tags", "event_log",
+                         "storage", "run_as")},
+    "development": "a pipeline runs the same way in every target here"})
+_RESOURCES = _Map({"jobs": _Named(_JOB), "secret_scopes": _Named(_SECRET_SCOPE), "pipelines": _Named(_PIPELINE),
+                   "clusters": _Named(_CLUSTER)},
+                  rejected=RESOURCE_KINDS)
 _DEPLOY = "deploy copies the bundle folder as it is"
 _ARTIFACT = _Map({"type": None, "build": None, "path": None, "files": _List(_Map({"source": None}))},
                  {"executable": "build commands run in a POSIX shell here",
@@ -778,8 +823,11 @@ class _Builder:
         self.user = user
         self.resolver = _Resolver(ctx)
         self.node: tuple[str, str] | None = None
-        #: the job being built: its environments' dependencies by environment_key
+        #: the job being built: its environments' dependencies by environment_key, its job clusters by key
         self.environments: dict[str, list[str]] = {}
+        self.job_clusters: dict[str, dict[str, Any]] = {}
+        #: ``resources.clusters`` (what ``existing_cluster_id: ${resources.clusters.<key>.id}`` names)
+        self.clusters: dict[str, dict[str, Any]] = {}
         #: jobs that run one iteration of a for-each task, added next to the bundle's own
         self.iteration_jobs: dict[str, Job] = {}
         mode = body.get("mode")
@@ -819,6 +867,10 @@ class _Builder:
         jobs = _dict(resources.get("jobs"))
         for key in jobs:
             res.done[f"resources.jobs.{key}.id"] = str(key)
+        for key in _dict(resources.get("pipelines")):
+            res.done[f"resources.pipelines.{key}.id"] = str(key)
+        for key in _dict(resources.get("clusters")):
+            res.done[f"resources.clusters.{key}.id"] = str(key)
         for kind in resources:
             if kind in RESOURCE_KINDS:  # other names are unknown keys, reported by the schema check
                 ctx.add(f"resources.{kind}", f"resources.{kind} is not supported here: only jobs are deployed",
@@ -842,17 +894,23 @@ class _Builder:
             config = {}
         self.check_config(config)
         self.check_runner_store(config, environ)
+        self.clusters = {str(k): _dict(res.tree(f"resources.clusters.{k}", v, _CLUSTER))
+                         for k, v in _dict(resources.get("clusters")).items()}
         built = {str(k): self.job(str(k), res.tree(f"resources.jobs.{k}", v, _JOB)) for k, v in jobs.items()}
         self.check_run_jobs({**{k: v for k, v in built.items() if v is not None}, **self.iteration_jobs})
         built.update(self.iteration_jobs)
         target = Target(self.target, self.mode, root_path, root_raw is not None, file_path, config)
         self.node = None
         scopes = self.secret_scopes(_dict(resources.get("secret_scopes")))
+        pipelines = {str(k): p for k, v in _dict(resources.get("pipelines")).items()
+                     if (p := self.pipeline(str(k), res.tree(f"resources.pipelines.{k}", v, _PIPELINE))) is not None}
+        self.check_pipeline_tasks({k: v for k, v in built.items() if v is not None}, _dict(resources.get("pipelines")),
+                                  config)
         artifacts = [a for k, v in _dict(data.get("artifacts")).items()
                      if (a := self.artifact(str(k), res.tree(f"artifacts.{k}", v, _ARTIFACT))) is not None]
         return Bundle(bundle_name, ctx.root, target, {k: v for k, v in values.items() if v is not None},
                       {k: v for k, v in built.items() if v is not None}, [f.path for f in ctx.files], self.user,
-                      ctx.warnings, scopes, artifacts)
+                      ctx.warnings, scopes, artifacts, pipelines)
 
     def artifact(self, name: str, body: Any) -> Artifact | None:
         path = f"artifacts.{name}"
@@ -871,6 +929,22 @@ class _Builder:
         files = [str(folder / _text(_dict(f).get("source"))) for f in _list(spec.get("files"))
                  if _dict(f).get("source")] or [str(folder / "dist" / "*.whl")]
         return Artifact(name, folder, self.str_(spec, "build", path), files)
+
+    def cluster(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The cluster spec a task names (inline, a job cluster or a bundle cluster); {} for none."""
+        if "new_cluster" in body:
+            return _dict(body["new_cluster"])
+        if body.get("job_cluster_key") is not None:
+            key = _text(body["job_cluster_key"])
+            if key not in self.job_clusters:
+                self.add(f"{path}.job_cluster_key", f"job_cluster_key '{key}' is not one of the job's job_clusters"
+                         f"{did_you_mean(key, list(self.job_clusters))}",
+                         hint=f"job clusters: {', '.join(self.job_clusters) or 'none declared'}")
+            return self.job_clusters.get(key, {})
+        if body.get("existing_cluster_id") is not None:
+            # a cluster of this bundle by its key; any other id names a Databricks cluster: no settings to apply
+            return self.clusters.get(_text(body["existing_cluster_id"]), {})
+        return {}
 
     def job_environments(self, path: str, items: Any) -> dict[str, list[str]]:
         """A job's ``environments``: each key's dependencies as pip requirements (paths made absolute)."""
@@ -922,6 +996,74 @@ class _Builder:
         ``deploy`` builds the artifacts)."""
         resolved, _, _ = self.locate(where, raw, "a library path")
         return str(resolved)
+
+    def pipeline(self, key: str, body: Any) -> Pipeline | None:
+        """A declarative pipeline run by Spark's ``pyspark.pipelines``: Databricks-only parts (the
+        ``dlt`` module, continuous mode) fail here with what to write instead."""
+        path, spec = f"resources.pipelines.{key}", _dict(body)
+        self.node = (key, "pipeline")
+        if spec.get("continuous") in (True, "true", "True"):
+            self.add(f"{path}.continuous", "a continuous pipeline cannot run here: Spark's declarative pipelines run "
+                     "triggered updates", hint="drop continuous and refresh it from a job's pipeline_task (a "
+                     "continuous job keeps it fresh)", code="bundle_unsupported")
+        libraries: list[str] = []
+        for i, item in enumerate(_list(spec.get("libraries"))):
+            at, lib = f"{path}.libraries.{i}", _dict(item)
+            for other in ("jar", "maven", "whl"):
+                if other in lib:
+                    self.add(f"{at}.{other}", f"a pipeline's {other} library cannot be loaded here",
+                             hint="pipelines load Python and SQL source files", code="bundle_unsupported")
+            raw = _text(_dict(lib.get("glob")).get("include") or _dict(lib.get("file")).get("path")
+                        or _dict(lib.get("notebook")).get("path") or "")
+            if not raw:
+                continue
+            folder_glob = raw.endswith("/**")
+            if "*" in raw.removesuffix("/**") or ("*" in raw and not folder_glob):
+                self.add(at, f"library pattern '{raw}' is not a file or a folder/**", hint="Spark's declarative "
+                         "pipelines take a file path or a whole folder (transformations/**)")
+                continue
+            resolved, shown, hint = self.locate(at, raw.removesuffix("/**"), "a pipeline library")
+            if "notebook" in lib and not resolved.exists() and resolved.with_suffix(".py").is_file():
+                resolved = resolved.with_suffix(".py")  # Databricks leaves a notebook's extension out
+            if not resolved.exists():
+                self.add(at, f"pipeline library {shown} does not exist", hint=hint, code="bundle_missing_file")
+                continue
+            if not self.inside(at, resolved, "pipeline library"):
+                continue
+            files = sorted(resolved.rglob("*.py")) if resolved.is_dir() else [resolved]
+            for file in files:
+                if re.search(r"^\s*(import\s+dlt\b|from\s+dlt\s+import)", file.read_text(errors="replace"), re.M):
+                    self.add(at, f"{_rel(file, self.ctx.root)} uses Databricks' dlt module, which only Databricks "
+                             "has", hint="write it with Spark's declarative pipelines: from pyspark import pipelines "
+                             "as dp (@dp.materialized_view, @dp.table, dp.create_streaming_table); expectations "
+                             "(dlt.expect*) have no equivalent there", code="bundle_unsupported")
+            libraries.append(str(resolved) + ("/**" if resolved.is_dir() else ""))
+        if not _list(spec.get("libraries")):
+            self.add(path, "no libraries: a pipeline is defined by its source files",
+                     hint="libraries: [{glob: {include: transformations/**}}]")
+        self.node = None
+        return Pipeline(key, self.str_(spec, "name", path) or key, libraries, self.str_(spec, "catalog", path),
+                        self.str_(spec, "schema", path) or self.str_(spec, "target", path),
+                        self.strings(spec, "configuration", path), self.ctx.source(path))
+
+    def check_pipeline_tasks(self, jobs: Mapping[str, Job], declared: Mapping[str, Any],
+                             config: Mapping[str, Any]) -> None:
+        """A pipeline_task names a pipeline of the bundle; Spark runs declarative pipelines on a local
+        session (the ``spark-pipelines`` CLI starts its own), so a cluster target cannot run one."""
+        master = str(_dict(config.get("spark")).get("master") or "local[*]")
+        for key, job in jobs.items():
+            for i, task in enumerate(job.tasks):
+                if task.pipeline is None:
+                    continue
+                where = f"resources.jobs.{key}.tasks.{i}.pipeline_task"
+                if task.pipeline not in declared:
+                    self.ctx.add(f"{where}.pipeline_id", f"updates pipeline '{task.pipeline}', which this bundle "
+                                 f"does not define{did_you_mean(task.pipeline, list(declared))}",
+                                 hint="pipeline_id: ${resources.pipelines.<key>.id}", node=task.key, node_kind="task")
+                if not master.startswith("local"):
+                    self.ctx.add(where, f"pipelines run on a local Spark session here, but the target's master is "
+                                 f"{master}", hint="refresh pipelines from a target whose config.spark.master is "
+                                 "local[*]", node=task.key, node_kind="task", code="bundle_unsupported")
 
     def secret_scopes(self, declared: dict[str, Any]) -> list[str]:
         """Scopes of the local secret store (``streamling.secrets``); Azure Key Vault ones cannot be read here."""
@@ -1098,6 +1240,8 @@ class _Builder:
         if dev:
             name, tags["dev"] = f"[dev {self.user}] {name}", self.user
         self.environments = self.job_environments(path, body.get("environments"))
+        self.job_clusters = {str(_dict(c).get("job_cluster_key")): _dict(_dict(c).get("new_cluster"))
+                             for c in _list(body.get("job_clusters")) if _dict(c).get("job_cluster_key")}
         raw_tasks = body.get("tasks")
         if not raw_tasks:
             self.add(path if raw_tasks is None else f"{path}.tasks", "has no tasks",
@@ -1288,6 +1432,8 @@ class _Builder:
         spec = _dict(body.get(kind))
         notebook = python_file = package = entry = sql_file = run_job = None
         for_each: ForEach | None = None
+        pipeline: str | None = None
+        full_refresh = False
         condition: dict[str, str] | None = None
         job_parameters: dict[str, str] = {}
         base_parameters = self.strings(spec, "base_parameters", where)
@@ -1339,6 +1485,9 @@ class _Builder:
             parameters = []
         elif kind == "for_each_task":
             for_each = self.for_each(job, key, where, spec, body)
+        elif kind == "pipeline_task":
+            pipeline = self.str_(spec, "pipeline_id", where, required=True)
+            full_refresh = self.bool_(spec, "full_refresh", where)
         elif kind == "run_job_task":
             for other in ("notebook_params", "python_params", "jar_params", "python_named_params",
                           "spark_submit_params", "sql_params", "dbt_commands"):
@@ -1349,12 +1498,15 @@ class _Builder:
             run_job = self.str_(spec, "job_id", where, required=True)
             job_parameters = self.strings(spec, "job_parameters", where)
         libraries = self.libraries(path, body.get("libraries"), self.environments, body.get("environment_key"))
+        cluster = self.cluster(path, body)
         return Task(
             key=key, depends_on=depends, libraries=libraries,
-            kind=cast(Literal["notebook", "spark_python", "python_wheel", "condition", "sql", "run_job", "for_each"],
-                      kind[:-5]),
+            spark_conf=self.strings(cluster, "spark_conf", path), spark_env_vars=self.strings(cluster, "spark_env_vars",
+                                                                                            path),
+            kind=cast(Literal["notebook", "spark_python", "python_wheel", "condition", "sql", "run_job", "for_each",
+                               "pipeline"], kind[:-5]),
             condition=condition, outcomes=outcomes, run_if=run_if, sql_file=sql_file, run_job=run_job,
-            for_each=for_each,
+            for_each=for_each, pipeline=pipeline, full_refresh=full_refresh,
             job_parameters=job_parameters, notebook_path=notebook, base_parameters=base_parameters,
             python_file=python_file, package_name=package, entry_point=entry, parameters=parameters,
             max_retries=self.int_(body, "max_retries", path, 0, -1),

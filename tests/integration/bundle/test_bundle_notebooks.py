@@ -34,6 +34,12 @@ def lookup(spark):
     return spark.createDataFrame(sorted(REGIONS.items()), "country STRING, region STRING")
 """
 
+CHILD = """\
+# Databricks notebook source
+child_only = int(dbutils.widgets.get("x"))
+dbutils.notebook.exit(str(child_only * 2))
+"""
+
 MIXED = """\
 # Databricks notebook source
 # MAGIC %md
@@ -86,6 +92,8 @@ lookup(spark).createOrReplaceTempView("regions")
 
 counts = {row.region: row.n for row in _sqldf.collect()}
 dbutils.jobs.taskValues.set("counts", counts)
+doubled = dbutils.notebook.run("./lib/child", 120, {"x": "21"})
+assert doubled == "42" and "child_only" not in globals(), (doubled, sorted(globals()))
 
 # COMMAND ----------
 
@@ -134,6 +142,28 @@ SELECT country, count(*) AS n FROM delta.`${lake}` WHERE amount >= ${floor} GROU
 SELECT count(*) AS countries, :floor AS floor FROM report
 """
 
+ORDERS_VIEW = """\
+from pyspark import pipelines as dp
+from pyspark.sql import functions as F
+
+
+@dp.materialized_view
+def orders():
+    return spark.range(10).withColumn("amount", F.col("id") * 10)
+"""
+
+BIG_ORDERS_VIEW = "CREATE MATERIALIZED VIEW big_orders AS SELECT id, amount FROM orders WHERE amount >= 50;\n"
+
+CONF = """\
+import json, os, sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.getOrCreate()  # as a Databricks Python file builds it
+conf = spark.sparkContext.getConf()
+json.dump({"partitions": spark.conf.get("spark.sql.shuffle.partitions"), "master": spark.sparkContext.master,
+           "region": os.environ.get("REGION"), "executor_region": conf.get("spark.executorEnv.REGION")},
+          open(sys.argv[1], "w"))
+"""
+
 CHECK = """\
 import json, sys
 from streamling.notebook.dbutils import dbutils
@@ -147,10 +177,15 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = base / "project"
     (root / "lib").mkdir(parents=True)
     (root / "lib" / "helpers.py").write_text(HELPERS)
+    (root / "lib" / "child.py").write_text(CHILD)
     (root / "mixed.py").write_text(MIXED)
     (root / "failing.py").write_text(FAILING.format(marker=base / "marker"))
     (root / "blocked.py").write_text(BLOCKED)
     (root / "check.py").write_text(CHECK)
+    (root / "conf.py").write_text(CONF)
+    (root / "transformations").mkdir()
+    (root / "transformations" / "orders.py").write_text(ORDERS_VIEW)
+    (root / "transformations" / "big_orders.sql").write_text(BIG_ORDERS_VIEW)
     (root / "sql").mkdir()
     (root / "sql" / "report.sql").write_text(REPORT)
     (root / "bundle.yml").write_text(textwrap.dedent(f"""
@@ -175,6 +210,26 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
               tasks: [{{task_key: main, notebook_task: {{notebook_path: ./failing.py}}}}]
             blocked:
               tasks: [{{task_key: main, notebook_task: {{notebook_path: ./blocked.py}}}}]
+            clustered:
+              job_clusters:
+                - job_cluster_key: small
+                  new_cluster:
+                    spark_version: 15.4.x-scala2.12
+                    num_workers: 2
+                    spark_conf: {{spark.sql.shuffle.partitions: "7"}}
+                    spark_env_vars: {{REGION: eu}}
+              tasks:
+                - task_key: main
+                  job_cluster_key: small
+                  spark_python_task: {{python_file: ./conf.py, parameters: ["{base / 'conf.json'}"]}}
+            refresh:
+              tasks:
+                - task_key: update
+                  pipeline_task: {{pipeline_id: "${{resources.pipelines.orders.id}}", full_refresh: true}}
+          pipelines:
+            orders:
+              name: orders
+              libraries: [{{glob: {{include: ./transformations/**}}}}]
         targets: {{dev: {{default: true, config: {{spark: {{master: "local[2]"}}}}}}}}
     """))
     deployed = jobs.bundle(root, ENV, "deploy")
@@ -236,3 +291,23 @@ def test_a_cancelled_notebook_stops_its_running_cell_and_queries(project: Path) 
     assert run["state"] == "cancelled", run
     assert time.monotonic() - began < 60
     assert run["attempts"][0]["exit_code"] == 0
+
+
+def test_a_declarative_pipeline_is_refreshed_by_its_task(project: Path, spark: Any) -> None:
+    run = jobs.bundle(project, ENV, "run", "refresh", timeout=300)
+    [latest] = _runs(project, "refresh")
+    logs = jobs.bundle(project, ENV, "logs", str(latest["run_id"])).stdout
+    assert run.returncode == 0, run.stderr + logs
+    assert "Run is COMPLETED" in logs
+    big = spark.read.parquet(str(project.parent / "root" / "warehouse" / "big_orders")).collect()
+    assert sorted((r.id, r.amount) for r in big) == [(i, i * 10) for i in range(5, 10)]
+
+
+def test_a_job_clusters_spark_settings_reach_the_tasks_own_session(project: Path) -> None:
+    run = jobs.bundle(project, ENV, "run", "clustered", timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert json.loads((project.parent / "conf.json").read_text()) == {
+        "partitions": "7", "master": "local[2]", "region": "eu", "executor_region": "eu"}
+    validated = jobs.bundle(project, ENV, "validate")
+    assert "'num_workers' has no effect here: a cluster's size and runtime come from the target's Spark master" \
+        in validated.stderr + validated.stdout
