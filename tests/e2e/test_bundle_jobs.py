@@ -535,3 +535,60 @@ def test_a_wheel_built_from_artifacts_runs_with_its_pypi_dependency(tmp_path: Pa
         assert again.returncode == 0 and "nothing changed" in again.stdout, again.stdout
     finally:
         bundle(root, "destroy", "--auto-approve")
+
+
+def test_jobs_defined_in_python_load_as_the_databricks_cli_loads_them(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    root.mkdir()
+    out = tmp_path / "python_jobs.jsonl"
+    (root / "record.py").write_text("import json, sys\n"
+                                    "open(sys.argv[1], 'a').write(json.dumps(sys.argv[2:]) + '\\n')\n")
+    (root / "resources.py").write_text(textwrap.dedent(f"""
+        from dataclasses import replace
+
+        from databricks.bundles.core import Bundle, Resources, job_mutator
+        from databricks.bundles.jobs import Job
+
+
+        def load_resources(bundle: Bundle) -> Resources:
+            resources = Resources()
+            for region in bundle.variables["regions"].split(","):
+                resources.add_resource(f"load_{{region}}", Job.from_dict({{
+                    "name": f"load {{region}}",
+                    "tasks": [{{"task_key": "main", "spark_python_task": {{
+                        "python_file": "./record.py", "parameters": ["{out}", region]}}}}]}}))
+            return resources
+
+
+        @job_mutator
+        def tag_owner(bundle: Bundle, job: Job) -> Job:
+            return replace(job, tags={{**(job.tags or {{}}), "owner": "data"}})
+    """))
+    (root / "bundle.yml").write_text(textwrap.dedent(f"""
+        bundle: {{name: pythonic}}
+        workspace: {{root_path: {tmp_path / 'root'}}}
+        python:
+          resources: ["resources:load_resources"]
+          mutators: ["resources:tag_owner"]
+        variables: {{regions: {{default: "eu,us"}}}}
+        resources:
+          jobs:
+            yaml_job:
+              tasks: [{{task_key: main, spark_python_task: {{python_file: ./record.py, parameters: ["{out}", yaml]}}}}]
+        targets: {{prod: {{default: true, mode: production}}}}
+    """))
+    try:
+        validated = bundle(root, "validate", "-o", "json")
+        assert validated.returncode == 0, validated.stderr
+        jobs_json = json.loads(validated.stdout)["jobs"]
+        assert sorted(jobs_json) == ["load_eu", "load_us", "yaml_job"]
+        assert {k: j["tags"] for k, j in jobs_json.items()} == {k: {"owner": "data"} for k in jobs_json}
+        assert bundle(root, "deploy").returncode == 0
+        assert bundle(root, "run", "load_us").returncode == 0
+        assert json.loads(out.read_text()) == ["us"]
+        broken = root / "resources.py"
+        broken.write_text(broken.read_text().replace('bundle.variables["regions"]', 'bundle.variables["nope"]'))
+        failed = bundle(root, "validate")
+        assert failed.returncode == 1 and "Failed to load resources" in failed.stderr, failed.stderr
+    finally:
+        bundle(root, "destroy", "--auto-approve")

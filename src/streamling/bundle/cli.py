@@ -246,7 +246,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
                      # pipeline in the warm driver; any other task (a notebook whose cells run) restarts
                      "on_redeploy": {t["task_key"]: "swaps in its driver" if t["kind"] == "notebook" and
                                      not t.get("executes") else "restarts its driver" for t in job["tasks"]
-                                     if t["kind"] not in ("condition",)},
+                                     if t["kind"] not in ("condition", "run_job", "for_each")},
                      "working_copy": "not in the working copy" if key not in local else
                      "up to date" if local[key] == deployed else
                      "differs (" + ", ".join(sorted(t for t in set(local[key]) | set(deployed)

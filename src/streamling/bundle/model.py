@@ -369,10 +369,11 @@ _TOP = _Map({
     "variables": _Named(_Map({"description": None, "default": None, "type": None}, rejected=("lookup",))),
     "workspace": _WORKSPACE, "resources": _RESOURCES, "targets": _Named(_TARGET), "config": None,
     "artifacts": _Named(_ARTIFACT),
+    "python": _Map({"venv_path": None, "resources": _List(None), "mutators": _List(None)}),
 }, {
     "sync": _DEPLOY, "permissions": _DATABRICKS, "run_as": _DATABRICKS,
     "presets": "development mode's prefix, tags and pauses are fixed here", "experimental": _DATABRICKS,
-    "python": "resources are declared in YAML here", "scripts": "deploy runs no scripts here",
+    "scripts": "deploy runs no scripts here",
 }, ("environments",))
 
 
@@ -742,9 +743,53 @@ def load_bundle(root: Path, target: str | None = None, variables: Mapping[str, s
             if section not in ctx.origin:
                 ctx.origin[section] = (file, src)
             _overlay(ctx, section, ctx.data[section], body[section], file, src)
+    python = _dict(ctx.data.get("python"))
+    if python.get("resources") or python.get("mutators"):
+        _python_resources(ctx, chosen, variables or {}, environ)
     bundle = _Builder(ctx, chosen, body, user).build(variables or {}, environ)
     ctx.fail()
     return bundle
+
+
+def _python_resources(ctx: _Context, target: str, cli_vars: Mapping[str, str], environ: Mapping[str, str]) -> None:
+    """Jobs and pipelines the bundle defines in Python (``python.resources``, and ``python.mutators``
+    that change them), loaded by the ``databricks-bundles`` package as the Databricks CLI loads them;
+    they join the YAML-defined ones, located at their Python source."""
+    from streamling.bundle import python_resources
+
+    overrides = _dict(_dict(_dict(ctx.data.get("targets")).get(target)).get("variables"))
+    values = {}
+    for name, spec in _dict(ctx.data.get("variables")).items():
+        values[str(name)] = cli_vars.get(name) or environ.get(f"BUNDLE_VAR_{name}") or overrides.get(name, (
+            _dict(spec).get("default")))
+    try:
+        python = python_resources.interpreter(ctx.root, _dict(ctx.data.get("python")).get("venv_path"))
+        result = python_resources.load(ctx.root, {k: v for k, v in ctx.data.items() if k != "targets"}, target,
+                                       values, python)
+    except StreamlingError as exc:
+        ctx.add("python", exc.message, hint=exc.hint, code=exc.code)
+        return
+    for diagnostic in result.diagnostics:
+        where = Location(diagnostic.file or "python.resources", diagnostic.line)
+        detail = diagnostic.detail.strip().splitlines()[-1] if diagnostic.detail.strip() else None
+        if diagnostic.severity == "error":
+            ctx.add(where, diagnostic.summary, hint=detail, code="bundle_python")
+        else:
+            ctx.warnings.append(f"{diagnostic.file or 'python.resources'}:{diagnostic.line or 1}: {diagnostic.summary}")
+    resources = _dict(result.data.get("resources"))
+    known = _dict(ctx.data.get("resources"))
+    files: dict[str, _File] = {}
+    for kind, items in resources.items():
+        for name, item in _dict(items).items():
+            path = f"resources.{kind}.{name}"
+            if name in _dict(known.get(kind)):
+                continue
+            rel, _line = result.locations.get(path, ("python.resources", None))
+            if rel not in files:  # a stand-in file: problems in a Python-defined resource name its source
+                files[rel] = _File(rel, ctx.root / rel, LoadedDocument({}, source=rel), len(ctx.files))
+                ctx.files.append(files[rel])
+            ctx.record(path, item, files[rel], path)
+    ctx.data["resources"] = resources
 
 
 def _current_user() -> str:

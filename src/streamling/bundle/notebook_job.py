@@ -11,7 +11,8 @@ databricks.sdk.runtime import …`` gets the same objects unless the Databricks 
 checkpoint; ``%streamling run`` starts it where the notebook runs it, and a notebook that only
 defines nodes has it run after its last cell. The task ends once the last cell has run and the
 pipeline and every streaming query the notebook started have ended, or at
-``dbutils.notebook.exit(value)`` (its value is the task's output).
+``dbutils.notebook.exit(value)`` (its value is the task's output; the pipeline stops after its
+epoch in flight and the notebook's streaming queries stop).
 
 A failing cell fails the task: the log gets the traceback, the run the cell and the error's first
 line (a cell tagged ``raises-exception`` is expected to fail: the notebook goes on). SIGTERM or
@@ -169,9 +170,11 @@ class NotebookJob:
             self._cells(cells, self.name, self.folder, depth=0)
             self._finish()
         except NotebookExit as done:
+            # The notebook ends here: its pipeline stops after the epoch in flight, its queries stop.
             log.info("notebook %s exited with %r (dbutils.notebook.exit)", self.name, done.value)
             self._record_output(done.value)
-            self._finish(start=False)
+            self._stop_all()
+            self._drain()
         except _Stopped:
             pass
         if self.stopping:
@@ -357,12 +360,12 @@ class NotebookJob:
 
     # --- the end ----------------------------------------------------------------------------------
 
-    def _finish(self, start: bool = True) -> None:
+    def _finish(self) -> None:
         """After the last cell: run the pipeline if the notebook defined one and never ran it, then
         wait for it and for every streaming query the notebook started."""
         nb = self.pipeline
         assert nb is not None and self.spark is not None
-        if start and nb.nodes and nb.current is None and nb.start_error is None and not self.stopping:
+        if nb.nodes and nb.current is None and nb.start_error is None and not self.stopping:
             log.info("notebook %s defines a pipeline it does not run: running it now", self.name)
             self._guarded(lambda: nb.start(sample_rows=0))
         self._in_cell = False
@@ -398,7 +401,7 @@ class NotebookJob:
     def _stop_all(self) -> None:
         nb = self.pipeline
         if nb is not None and nb.current is not None and nb.current.active:
-            nb.current.stop(reason=f"received {self.stopping}")
+            nb.current.stop(reason=f"received {self.stopping}" if self.stopping else "the notebook exited")
         if self.spark is not None:
             for query in self.spark.streams.active:
                 try:
