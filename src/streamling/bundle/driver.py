@@ -275,15 +275,17 @@ def _pipeline_update(deployment: dict[str, Any], task: dict[str, Any]) -> int:
         deployed = files / Path(library.removesuffix("/**")).relative_to(resolved["root"])
         libraries.append({"glob": {"include": os.path.relpath(deployed, home) + ("/**" if folder else "")}})
     spec = {"name": pipeline["name"], "storage": (home / "storage").as_uri(), "libraries": libraries,
-            "configuration": {"spark.sql.warehouse.dir": str(Path(deployment["root_path"]) / "warehouse"),
-                              **pipeline["configuration"]}}
+            "configuration": dict(pipeline["configuration"])}
     if pipeline.get("catalog"):
         spec["catalog"] = pipeline["catalog"]
     if pipeline.get("schema"):
         spec["database"] = pipeline["schema"]
     spec_file = home / "spark-pipeline.yml"
     spec_file.write_text(yaml.safe_dump(spec, sort_keys=False))
-    command = [str(Path(sys.executable).parent / "spark-pipelines"), "run", "--spec", str(spec_file)]
+    # the warehouse is a static setting: the CLI's spark-submit takes it, the spec's configuration cannot
+    warehouse = Path(deployment["root_path"]) / "warehouse"
+    command = [str(Path(sys.executable).parent / "spark-pipelines"), "run", "--conf",
+               f"spark.sql.warehouse.dir={warehouse}", "--spec", str(spec_file)]
     if task["pipeline"].get("full_refresh"):
         command.append("--full-refresh-all")
     log.info("pipeline task '%s': updating pipeline '%s'%s: %s", task["task_key"], key,
