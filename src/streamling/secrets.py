@@ -22,6 +22,7 @@ import json
 import os
 import re
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -194,33 +195,15 @@ class Secrets:
         return "<streamling dbutils.secrets: get, getBytes, list, listScopes>"
 
 
+@dataclass(frozen=True)
 class SecretMetadata:
     """What ``dbutils.secrets.list`` returns per key (Databricks' ``SecretMetadata(key=…)``)."""
 
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-    def __repr__(self) -> str:
-        return f"SecretMetadata(key='{self.key}')"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SecretMetadata) and other.key == self.key
-
-    def __hash__(self) -> int:
-        return hash(self.key)
+    key: str
 
 
+@dataclass(frozen=True)
 class SecretScope:
     """What ``dbutils.secrets.listScopes`` returns per scope (Databricks' ``SecretScope(name=…)``)."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"SecretScope(name='{self.name}')"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SecretScope) and other.name == self.name
-
-    def __hash__(self) -> int:
-        return hash(self.name)
+    name: str

@@ -199,20 +199,23 @@ class HadoopStorage:
             raise storage_error(exc, "look up", path) from exc
 
     def read_text(self, path: str) -> str:
+        return self._read(path, None).decode("utf-8")
+
+    def _read(self, path: str, limit: int | None) -> bytes:
+        """The bytes of file ``path``, at most ``limit`` of them."""
         fs, jpath = self._fs(path)
         try:
             stream = fs.open(jpath)
         except Exception as exc:
-            if _java_class(exc) == "java.io.FileNotFoundException":
-                raise FileNotFoundError(path) from exc
-            raise storage_error(exc, "read", path) from exc
+            raise _failure(exc, "read", path) from exc
+        io = self._jvm.org.apache.commons.io.IOUtils
         try:
-            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+            whole = limit is None or limit >= int(fs.getFileStatus(jpath).getLen())
+            return bytes(io.toByteArray(stream) if whole else io.toByteArray(stream, max(0, int(limit or 0))))
         except Exception as exc:
             raise storage_error(exc, "read", path) from exc
         finally:
             stream.close()
-        return bytes(data).decode("utf-8")
 
     def write_text(self, path: str, text: str) -> None:
         fs, jpath = self._fs(path)
@@ -261,9 +264,7 @@ class HadoopStorage:
         try:
             statuses = fs.listStatus(jpath)
         except Exception as exc:
-            if _java_class(exc) == "java.io.FileNotFoundException":
-                raise FileNotFoundError(path) from exc
-            raise storage_error(exc, "list", path) from exc
+            raise _failure(exc, "list", path) from exc
         out = []
         for status in statuses:
             folder = bool(status.isDirectory())
@@ -282,9 +283,7 @@ class HadoopStorage:
         except IsADirectoryError:
             raise
         except Exception as exc:
-            if _java_class(exc) == "java.io.FileNotFoundException":
-                raise FileNotFoundError(source) from exc
-            raise storage_error(exc, "copy", f"{source} to {target}") from exc
+            raise _failure(exc, "copy", f"{source} to {target}", source) from exc
 
     def move(self, source: str, target: str) -> None:
         src_fs, src = self._fs(source)
@@ -297,27 +296,10 @@ class HadoopStorage:
             # another file system (or a refused rename): copy, then delete the source
             self._jvm.org.apache.hadoop.fs.FileUtil.copy(src_fs, src, dst_fs, dst, True, True, self._conf)
         except Exception as exc:
-            if _java_class(exc) == "java.io.FileNotFoundException":
-                raise FileNotFoundError(source) from exc
-            raise storage_error(exc, "move", f"{source} to {target}") from exc
+            raise _failure(exc, "move", f"{source} to {target}", source) from exc
 
     def head(self, path: str, max_bytes: int) -> bytes:
-        fs, jpath = self._fs(path)
-        try:
-            stream = fs.open(jpath)
-        except Exception as exc:
-            if _java_class(exc) == "java.io.FileNotFoundException":
-                raise FileNotFoundError(path) from exc
-            raise storage_error(exc, "read", path) from exc
-        try:
-            buffer = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream, max(0, int(max_bytes))) \
-                if max_bytes < int(fs.getFileStatus(jpath).getLen()) else \
-                self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
-            return bytes(buffer)
-        except Exception as exc:
-            raise storage_error(exc, "read", path) from exc
-        finally:
-            stream.close()
+        return self._read(path, max_bytes)
 
     def put(self, path: str, data: bytes, overwrite: bool) -> None:
         fs, jpath = self._fs(path)
@@ -351,6 +333,14 @@ def storage_for(path: str, spark: SparkSession | None = None) -> Storage:
             raise StreamlingError(f"cannot reach {path}: a Spark session is needed for {scheme(path)}:// storage",
                                   code="storage_no_session", user=False)
     return HadoopStorage(spark)
+
+
+def _failure(exc: BaseException, action: str, what: str, missing: str | None = None) -> Exception:
+    """What a failed Hadoop call raises here: ``FileNotFoundError`` for a missing path, else a
+    classified ``storage_error``."""
+    if _java_class(exc) == "java.io.FileNotFoundException":
+        return FileNotFoundError(missing or what)
+    return storage_error(exc, action, what)
 
 
 def _java_class(exc: BaseException) -> str:
