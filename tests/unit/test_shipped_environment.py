@@ -231,3 +231,29 @@ def test_a_python_package_that_is_not_installed_is_named_before_anything_is_pack
         environment.packed_environment(["no-such-distribution"])
     assert "spark.python_packages names ['no-such-distribution'], which are not installed" in info.value.headline()
     assert not (tmp_path / "environments").exists()
+
+
+def test_a_task_environments_libraries_are_shipped_with_streamlings(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task with libraries runs on its own environment layered over streamling's: executors on other
+    hosts get those libraries in the packed environment too."""
+    from streamling.bundle.environments import task_python
+
+    wheel = tmp_path / "tiny_lookup-1.0-py3-none-any.whl"  # the smallest wheel pip installs, written by hand
+    with zipfile.ZipFile(wheel, "w") as out:
+        out.writestr("tiny_lookup/__init__.py", "REGIONS = {'US': 'americas'}\n")
+        out.writestr("tiny_lookup-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tiny-lookup\nVersion: 1.0\n")
+        out.writestr("tiny_lookup-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                         "Tag: py3-none-any\n")
+        out.writestr("tiny_lookup-1.0.dist-info/RECORD", "")
+    monkeypatch.setenv("STREAMLING_CACHE_DIR", str(tmp_path / "cache"))
+    python = task_python([str(wheel)])
+    assert python is not None
+    script = ("from streamling.runtime import environment as e\n"
+              "names = {d.metadata['Name'] for d in e._closure(['streamling', *e.task_distributions()])}\n"
+              "print(e.task_distributions(), 'tiny-lookup' in names, 'pyspark' in names)")
+    shown = subprocess.run([python, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert shown.strip() == "['tiny-lookup'] True True"
+    assert environment.task_distributions() == []  # streamling's own interpreter has no task libraries
+    missing = subprocess.run([sys.executable, "-c", "import tiny_lookup"], capture_output=True)
+    assert missing.returncode != 0  # installed into the task's environment only

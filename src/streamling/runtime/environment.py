@@ -202,6 +202,22 @@ def _plugin_distributions() -> list[str]:
     return names
 
 
+def task_distributions() -> list[str]:
+    """A bundle task's own libraries: the distributions of this interpreter's site-packages when
+    streamling is installed in another one (a task environment layered over streamling's, see
+    ``streamling.bundle.environments``). Its executors need them as much as its driver does."""
+    import sysconfig
+
+    own = Path(sysconfig.get_path("purelib")).resolve()
+    try:
+        home = Path(str(md.distribution("streamling").locate_file(""))).resolve()
+    except md.PackageNotFoundError:
+        return []
+    if home == own:
+        return []
+    return [str(d.metadata["Name"]) for d in md.distributions(path=[str(own)])]
+
+
 def _editable_roots(dist: md.Distribution) -> list[Path]:
     """Package folders (or modules) an editable install imports from, found through its finder."""
     names = (dist.read_text("top_level.txt") or "").split()
@@ -267,7 +283,7 @@ def packed_environment(extra_packages: Iterable[str] = ()) -> PackedEnvironment:
     """This job's Python environment, packed for executors; each part built on first use."""
     from streamling.runtime.session import cache_dir
 
-    dists = _closure(["streamling", *_plugin_distributions(), *extra_packages])
+    dists = _closure(["streamling", *_plugin_distributions(), *task_distributions(), *extra_packages])
     missing = [p for p in extra_packages if _norm(p) not in {_norm(d.metadata["Name"] or "") for d in dists}]
     if missing:
         raise StreamlingError(f"spark.python_packages names {missing}, which are not installed in this Python "
