@@ -194,7 +194,7 @@ def test_a_python_notebook_without_streamling_cells_is_a_job(tmp_path: Path) -> 
 
 def test_a_syntax_error_and_languages_that_do_not_run_here(tmp_path: Path) -> None:
     path = notebook(tmp_path, "x = (1,", "%scala\nval x = 1", "%r\nx <- 1", "print(1)\n%sql SELECT 1",
-                    "%run ./missing", "%run ./helpers $x=\"1\"", "%run /Workspace/Shared/lib")
+                    "%run ./missing", "%run ./helpers x=1", "%run /Workspace/Shared/lib")
     assert problems(path) == [
         "invalid Python: '(' was never closed [job.ipynb: cell 1 (line 1)] — the cell fails in the notebook too: "
         "fix it there",
@@ -206,13 +206,13 @@ def test_a_syntax_error_and_languages_that_do_not_run_here(tmp_path: Path) -> No
         "whole cell: start a new cell with it",
         "`%run ./missing`: no notebook ./missing next to this one (tried missing.py, missing.ipynb, missing.sql) "
         "[job.ipynb: cell 5 (line 1)] — check the path, relative to this notebook",
-        "`%run ./helpers $x=\"1\"` passes arguments; an included notebook reads the job's parameters here "
-        "[job.ipynb: cell 6 (line 1)] — drop the arguments and set them as job parameters",
+        "`%run ./helpers x=1`: 'x=1' is not an argument [job.ipynb: cell 6 (line 1)] — arguments are $name=value, "
+        "e.g. %run ./helpers $day=\"2026-01-01\"",
         "`%run /Workspace/Shared/lib` names a workspace path; here a notebook includes files of its bundle by "
         "relative path [job.ipynb: cell 7 (line 1)] — e.g. %run ./helpers",
     ]
     (tmp_path / "helpers.py").write_text("# Databricks notebook source\nx = 1\n")
-    compiled = compile_notebook(notebook(tmp_path, "%run ./helpers", name="ok.ipynb"))
+    compiled = compile_notebook(notebook(tmp_path, "%run ./helpers $day=\"2026-01-01\"", name="ok.ipynb"))
     assert compiled.executes == [1] and compiled.includes == [(tmp_path / "helpers.py").resolve()]
 
 

@@ -39,8 +39,9 @@ What each cell means in a job:
   the ``%%streamling`` cells build the pipeline there. The pipeline compiled here is then the
   deploy-time check of those cells, and a redeploy restarts the driver instead of swapping in it.
 - Databricks language magics as a cell's first line: ``%python`` (Python), ``%sql`` / ``%%sql``
-  (Spark SQL statements), ``%sh`` (a shell script, failing on a non-zero exit), ``%run <notebook>``
-  (another notebook's cells in the same namespace), ``%md`` (markdown) — all but ``%md`` make the
+  (Spark SQL statements), ``%sh`` (a shell script, failing on a non-zero exit), ``%run <notebook>
+  [$name=value …]`` (another notebook's cells in the same namespace, its widgets reading the
+  arguments), ``%md`` (markdown) — all but ``%md`` make the
   notebook run. A Databricks SQL source notebook (``.sql`` starting ``-- Databricks notebook
   source``) is a notebook of SQL cells. ``%pip`` and ``%scala`` / ``%r`` cells are errors: a job
   never installs into the environment streamling runs from, and only Python and SQL run here. Other
@@ -660,18 +661,35 @@ def _foreign_hint(magic: str) -> str:
     return "tag the cell `interactive` to keep it for the notebook only"
 
 
-def run_target(folder: Path, argument: str) -> Path:
-    """The notebook a ``%run <path>`` cell includes, relative to ``folder`` (the including notebook's);
-    Databricks leaves the extension out, so ``.py``, ``.ipynb`` and ``.sql`` are tried."""
-    target = argument.strip()
-    if " " in target and not (target[:1] in "'\"" and target[-1:] == target[:1]):
-        raise StreamlingError(f"`%run {_clip(target)}` passes arguments; an included notebook reads the job's "
-                              "parameters here", hint="drop the arguments and set them as job parameters",
-                              code="notebook_not_a_job")
-    target = target.strip("'\"")
-    if not target:
+def run_arguments(argument: str) -> tuple[str, dict[str, str]]:
+    """A ``%run`` line's notebook and its ``$name=value`` arguments (the included notebook's widget
+    values, as Databricks passes them)."""
+    import shlex
+
+    try:
+        words = shlex.split(argument)
+    except ValueError as exc:
+        raise StreamlingError(f"`%run {_clip(argument)}`: {exc}", hint='e.g. %run ./helpers $day="2026-01-01"',
+                              code="notebook_not_a_job") from None
+    if not words:
         raise StreamlingError("`%run` needs the notebook to include", hint="e.g. %run ./helpers",
                               code="notebook_not_a_job")
+    values = {}
+    for word in words[1:]:
+        name, sep, value = word.partition("=")
+        if not name.startswith("$") or not sep or len(name) < 2:
+            raise StreamlingError(f"`%run {_clip(argument)}`: {word!r} is not an argument",
+                                  hint='arguments are $name=value, e.g. %run ./helpers $day="2026-01-01"',
+                                  code="notebook_not_a_job")
+        values[name[1:]] = value
+    return words[0], values
+
+
+def run_target(folder: Path, argument: str) -> Path:
+    """The notebook a ``%run <path> [$name=value …]`` cell includes, relative to ``folder`` (the
+    including notebook's); Databricks leaves the extension out, so ``.py``, ``.ipynb`` and ``.sql``
+    are tried."""
+    target, _ = run_arguments(argument)
     if target.startswith("/"):
         raise StreamlingError(f"`%run {target}` names a workspace path; here a notebook includes files of its bundle "
                               "by relative path", hint="e.g. %run ./helpers", code="notebook_not_a_job")

@@ -22,6 +22,7 @@ flight, then the notebook's own streaming queries, interrupts the cell that runs
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -35,7 +36,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamling.bundle.compile import INTERACTIVE, RAISES, Cell, read_notebook, run_target
+from streamling.bundle.compile import INTERACTIVE, RAISES, Cell, read_notebook, run_arguments, run_target
 from streamling.errors import StreamlingError, first_line, java_message
 from streamling.notebook.dbutils import NotebookExit
 
@@ -247,7 +248,9 @@ class NotebookJob:
                 raise StreamlingError(f"%run nests more than {MAX_INCLUDE_DEPTH} notebooks deep",
                                       hint="a notebook includes itself, directly or through others")
             target = run_target(folder, body)
-            self._cells(read_notebook(target), target.name, target.parent, depth + 1)
+            _, arguments = run_arguments(body)
+            with _widget_values(arguments):
+                self._cells(read_notebook(target), target.name, target.parent, depth + 1)
         elif language == "python":
             self._python(cell, body, where)
         else:  # validation refuses these before a deploy
@@ -428,6 +431,25 @@ class NotebookJob:
     def _record_output(self, value: str) -> None:
         if self.output_path is not None:
             self.output_path.write_text(json.dumps({"result": value}))
+
+
+@contextlib.contextmanager
+def _widget_values(arguments: Mapping[str, str]) -> Iterator[None]:
+    """``%run``'s arguments as the included notebook's widget values (over the job's parameters)."""
+    from streamling.notebook.dbutils import PARAMETERS_ENV, job_parameters
+
+    if not arguments:
+        yield
+        return
+    before = os.environ.get(PARAMETERS_ENV)
+    os.environ[PARAMETERS_ENV] = json.dumps({**job_parameters(), **arguments})
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PARAMETERS_ENV, None)
+        else:
+            os.environ[PARAMETERS_ENV] = before
 
 
 def _describe(exc: BaseException) -> str:

@@ -32,6 +32,10 @@ REGIONS = {"US": "americas", "CA": "americas", "BR": "americas", "DE": "europe",
 
 def lookup(spark):
     return spark.createDataFrame(sorted(REGIONS.items()), "country STRING, region STRING")
+
+# COMMAND ----------
+
+SOURCE = dbutils.widgets.get("source")  # %run's argument
 """
 
 CHILD = """\
@@ -47,10 +51,11 @@ MIXED = """\
 
 # COMMAND ----------
 
-# MAGIC %run ./lib/helpers
+# MAGIC %run ./lib/helpers $source="generated orders"
 
 # COMMAND ----------
 
+assert SOURCE == "generated orders", SOURCE
 dbutils.widgets.text("min_amount", "0")
 lake = dbutils.widgets.get("lake")
 lookup(spark).createOrReplaceTempView("regions")
