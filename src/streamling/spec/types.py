@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 METADATA_KEY = "streamling.type"
 DECIMAL128_MAX_PRECISION = 38
 DECIMAL256_MAX_PRECISION = 76
+#: digits of the largest 256-bit unsigned integer (2**256 - 1): Streamling's ``u256``
+U256_PRECISION = 78
 SPARK_MAX_PRECISION = 38
 POSTGRES_MAX_PRECISION = 1000
 #: what bare ``decimal`` means (Streamling's default).
@@ -160,10 +162,15 @@ class ColumnType:
                 "timestamp": {"type": "long", "logicalType": "timestamp-micros"}}[base.kind]
 
     def clickhouse(self) -> str:
-        """The ClickHouse column type (without ``Nullable``); unsigned types keep their width."""
+        """The ClickHouse column type (without ``Nullable``); unsigned types keep their width.
+
+        Decimals up to 76 digits are ``Decimal(p, s)``; 77–78 digits with scale 0 are Streamling's
+        256-bit integers (``u256``) and become ``UInt256``, as Streamling creates them, so sorting and
+        sums work in ClickHouse; wider ones, or with a scale, have no exact ClickHouse type: text."""
         if self.is_decimal:
-            return f"Decimal({self.precision}, {self.scale})" if self.precision <= DECIMAL256_MAX_PRECISION \
-                else "String"
+            if self.precision <= DECIMAL256_MAX_PRECISION:
+                return f"Decimal({self.precision}, {self.scale})"
+            return "UInt256" if self.scale == 0 and self.precision <= U256_PRECISION else "String"
         return {"int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "Int64", "uint8": "UInt8",
                 "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64", "float32": "Float32",
                 "float64": "Float64", "string": "String", "boolean": "Bool",

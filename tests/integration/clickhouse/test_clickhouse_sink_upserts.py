@@ -122,3 +122,36 @@ def test_unreachable_server_is_a_retriable_error_naming_the_node(spark: Any, ch_
         Sinks(spark, environ).make(unique_name)
     assert str(down.value).startswith("clickhouse sink 'out': connecting at http://127.0.0.1:9 failed")
     assert down.value.retriable
+
+
+def test_wide_integers_land_in_native_clickhouse_columns(spark: Any, ch_environ: Mapping[str, str], ch_client: Any,
+                                                         unique_name: str) -> None:
+    """Streamling's u256 (decimal(78,0)) and a decimal(77,0) become UInt256, a decimal256(76,2) a
+    Decimal(76, 2): ClickHouse sorts and sums them as numbers (as text, "9" > "10")."""
+    from pyspark.sql import types as T
+
+    from streamling.spec.types import ColumnType
+
+    schema = T.StructType([T.StructField("id", T.LongType()), ColumnType("decimal", 78, 0).spark_field("u"),
+                           ColumnType("decimal", 77, 0).spark_field("d77"),
+                           ColumnType("decimal256", 76, 2).spark_field("d76"),
+                           T.StructField("_gs_op", T.StringType())])
+    doc = {"sources": {"gen": {"type": "generate", "rows": 1}},
+           "sinks": {"out": {"type": "clickhouse", "from": "gen", "table": unique_name, "primary_key": "id"}}}
+    ctx = NodeContext(spec=parse_pipeline(yaml.safe_dump(doc)).nodes["out"],
+                      settings=load_settings(environ=ch_environ), primary_key=["id"], input_schema=schema)
+    sink = ClickHouseSink(ctx)
+    sink.open(spark)
+    try:
+        top = str(10**77)  # 78 digits (2**256 - 1 fits too; a sum beyond it wraps, as UInt256 does)
+        rows = [(1, top, "9" * 77, "1" + "0" * 73 + ".25", "i"), (2, "9", "10", "9.50", "i"),
+                (3, "10", None, None, "i")]
+        sink.write(spark.createDataFrame(rows, schema), Epoch(0, "f0", "test", sink_token="tok"))
+    finally:
+        sink.close()
+    columns = dict(ch_client.query(f"SELECT name, type FROM system.columns WHERE table = '{unique_name}'").result_rows)
+    assert {k: columns[k] for k in ("u", "d77", "d76")} == {
+        "u": "Nullable(UInt256)", "d77": "Nullable(UInt256)", "d76": "Nullable(Decimal(76, 2))"}
+    assert [r[0] for r in ch_client.query(f"SELECT id FROM {unique_name} FINAL ORDER BY u").result_rows] == [2, 3, 1]
+    total = ch_client.query(f"SELECT toString(sum(u)), toString(sum(d76)) FROM {unique_name} FINAL").result_rows[0]
+    assert total == (str(10**77 + 19), "1" + "0" * 72 + "9.75")
