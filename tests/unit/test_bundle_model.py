@@ -154,9 +154,11 @@ def test_keys_with_no_effect_are_warnings() -> None:
     bundle = _load()
     assert bundle.warnings == [
         "bundle.yml:17: 'permissions' has no effect here: it configures a Databricks workspace, and there is none",
-        "resources/report.yml:19: 'job_cluster_key' has no effect here: tasks run on the target's Spark master "
-        "(config.spark.master)",
+        "resources/report.yml:37: 'num_workers' has no effect here: a cluster's size and runtime come from the "
+        "target's Spark master",
     ]
+    # a job cluster's Spark settings apply to the task that names it
+    assert bundle.jobs["report"].tasks[0].spark_conf == {"spark.sql.shuffle.partitions": "8"}
     # libraries install into the task's own environment at deploy: paths relative to their YAML file
     assert bundle.jobs["ingest"].tasks[0].libraries == [str(VALID / "dist" / "*.whl")]
 
@@ -249,7 +251,7 @@ resources:
         'artifacts: {wheel: {path: "${var.nowhere}"}}\n', ""))
     assert [w.split(": ", 1)[1] for w in _load(tmp_path).warnings] == [
         "'permissions' has no effect here: it configures a Databricks workspace, and there is none",
-        "'job_clusters' has no effect here: tasks run on the target's Spark master (config.spark.master)"]
+        "'spark_version' has no effect here: a cluster's size and runtime come from the target's Spark master"]
 
 
 def test_loading_a_bundle_does_not_import_pyspark() -> None:

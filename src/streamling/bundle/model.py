@@ -255,7 +255,7 @@ class _List:
 _Shape = _Map | _Named | _List | None  # None: a value checked by the builder
 
 _COMPUTE = "tasks run on the target's Spark master (config.spark.master)"
-_SIZE = "a cluster's size and runtime come from the target's Spark master here"
+_SIZE = "a cluster's size and runtime come from the target's Spark master"
 #: a Databricks cluster spec: its Spark settings apply to the task's Spark, the rest has no effect
 _CLUSTER = _Map({"spark_conf": _Named(None), "spark_env_vars": _Named(None)}, {
     k: _SIZE for k in ("spark_version", "node_type_id", "driver_node_type_id", "num_workers", "autoscale",
