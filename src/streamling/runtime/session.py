@@ -32,8 +32,17 @@ _LOCK = threading.Lock()
 
 
 def cache_dir() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamling"
-    return Path(os.environ.get("STREAMLING_CACHE_DIR", default)).resolve()
+    """Where the connector jars, the class archive and packed environments are kept:
+    ``STREAMLING_CACHE_DIR``; else, for streamling run from a source checkout, that checkout's
+    ``.cache/`` — the one ``fixtures/dev setup`` fills, so the command run directly finds what the
+    set-up fetched and built; else the user's cache (``$XDG_CACHE_HOME/streamling``)."""
+    explicit = os.environ.get("STREAMLING_CACHE_DIR")
+    if explicit:
+        return Path(explicit).resolve()
+    checkout = Path(__file__).resolve().parents[3]  # <checkout>/src/streamling/runtime/session.py
+    if (checkout / "pyproject.toml").is_file() and (checkout / "src" / "streamling").is_dir():
+        return checkout / ".cache"
+    return (Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamling").resolve()
 
 
 def ensure_jars() -> list[Path]:
