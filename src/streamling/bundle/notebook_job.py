@@ -178,6 +178,12 @@ class NotebookJob:
             self._drain()
         except _Stopped:
             pass
+        except BaseException:
+            # A failing cell ends the notebook: a pipeline it started stops after its epoch in flight
+            # (within the shutdown budget) rather than with the process.
+            self._stop_all()
+            self._drain()
+            raise
         if self.stopping:
             self._drain()
             log.info("notebook %s stopped (%s)", self.name, self.stopping)
@@ -404,7 +410,7 @@ class NotebookJob:
     def _stop_all(self) -> None:
         nb = self.pipeline
         if nb is not None and nb.current is not None and nb.current.active:
-            nb.current.stop(reason=f"received {self.stopping}" if self.stopping else "the notebook exited")
+            nb.current.stop(reason=f"received {self.stopping}" if self.stopping else "the notebook ended")
         if self.spark is not None:
             for query in self.spark.streams.active:
                 try:
@@ -415,7 +421,7 @@ class NotebookJob:
     def _drain(self) -> None:
         nb = self.pipeline
         if nb is not None and nb.current is not None:
-            nb.current.wait()
+            nb.current.wait(float(self.settings.shutdown_budget_secs))
 
     def _exit_after(self, budget: float) -> None:
         from streamling.cli import STOPPED_EXIT_CODE
