@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streamling.errors import StreamlingError
+from streamling.runtime.environment import LAYER_PTH
 
 if TYPE_CHECKING:
     from streamling.bundle.model import Artifact
@@ -147,7 +148,7 @@ def task_python(requirements: list[str]) -> str | None:
         site = Path(sysconfig.get_path("purelib", vars={"base": str(partial), "platbase": str(partial)}))
         base = sysconfig.get_path("purelib")
         # streamling's own packages (and its editable sources' finders) under the task's own
-        (site / "_streamling_base.pth").write_text(f"import site; site.addsitedir({base!r})\n")
+        (site / LAYER_PTH).write_text(f"import site; site.addsitedir({base!r})\n")
         log.info("building the task environment %s: pip install %s", key, " ".join(args))
         done = subprocess.run([sys.executable, "-m", "pip", "--python", str(partial / "bin" / "python"), "install",
                                "--quiet", "--no-input", "--disable-pip-version-check", *args],

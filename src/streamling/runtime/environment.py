@@ -202,18 +202,18 @@ def _plugin_distributions() -> list[str]:
     return names
 
 
+#: the line a bundle task's environment uses to layer itself over streamling's (``bundle.environments``)
+LAYER_PTH = "_streamling_base.pth"
+
+
 def task_distributions() -> list[str]:
-    """A bundle task's own libraries: the distributions of this interpreter's site-packages when
-    streamling is installed in another one (a task environment layered over streamling's, see
+    """A bundle task's own libraries: the distributions of this interpreter's site-packages when it
+    is a task environment layered over streamling's (it holds ``LAYER_PTH``; see
     ``streamling.bundle.environments``). Its executors need them as much as its driver does."""
     import sysconfig
 
-    own = Path(sysconfig.get_path("purelib")).resolve()
-    try:
-        home = Path(str(md.distribution("streamling").locate_file(""))).resolve()
-    except md.PackageNotFoundError:
-        return []
-    if home == own:
+    own = Path(sysconfig.get_path("purelib"))
+    if not (own / LAYER_PTH).is_file():
         return []
     return [str(d.metadata["Name"]) for d in md.distributions(path=[str(own)])]
 
