@@ -120,11 +120,17 @@ def _python_file(script: Path, arguments: list[str]) -> int:
     try:
         runpy.run_path(str(script), run_name="__main__")
     except SystemExit as done:
-        if done.code is None or isinstance(done.code, int):
-            return int(done.code or 0)
-        print(done.code, file=sys.stderr)  # sys.exit("message"): the message and exit status 1, as Python does
-        return 1
+        return _exit_status(done)
     return 0
+
+
+def _exit_status(done: SystemExit) -> int:
+    """The status ``sys.exit`` gives, as the interpreter would: ``sys.exit("message")`` prints the
+    message and is status 1."""
+    if done.code is None or isinstance(done.code, int):
+        return int(done.code or 0)
+    print(done.code, file=sys.stderr)
+    return 1
 
 
 def _wheel_entry_point(package: str, entry_point: str, arguments: list[str]) -> int:
@@ -155,10 +161,7 @@ def _wheel_entry_point(package: str, entry_point: str, arguments: list[str]) -> 
     try:
         result = function()
     except SystemExit as done:
-        if done.code is None or isinstance(done.code, int):
-            return int(done.code or 0)
-        print(done.code, file=sys.stderr)
-        return 1
+        return _exit_status(done)
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
