@@ -94,9 +94,14 @@ def _file_digest(path: Path) -> bytes:
     import zipfile
 
     digest = hashlib.sha256()
-    with zipfile.ZipFile(path) as wheel:
-        for name in sorted(wheel.namelist()):
-            digest.update(name.encode() + b"\0" + hashlib.sha256(wheel.read(name)).digest())
+    try:
+        with zipfile.ZipFile(path) as wheel:
+            for name in sorted(wheel.namelist()):
+                digest.update(name.encode() + b"\0" + hashlib.sha256(wheel.read(name)).digest())
+    except zipfile.BadZipFile as exc:
+        raise StreamlingError(f"{path} is not a wheel ({exc})", code="libraries_failed",
+                              hint="rebuild it (deploy builds the bundle's artifacts), or fix the library path"
+                              ) from None
     return digest.digest()
 
 
