@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -317,6 +318,138 @@ class HadoopStorage:
             raise storage_error(exc, "write", path) from exc
 
 
+#: schemes a process without a JVM reaches directly (``ObjectStorage``): S3 and S3-compatible stores
+DIRECT_SCHEMES = ("s3a", "s3", "s3n")
+
+
+class ObjectStorage:
+    """An S3 bucket reached without a JVM, through ``pyarrow.fs``: what the bundle CLI and job runner
+    use for a bundle root on an object store (they start no Spark). Configured from the same
+    ``spark.hadoop.fs.s3a.*`` settings Spark's s3a connector reads (per-bucket
+    ``fs.s3a.bucket.<bucket>.*`` first), else the standard AWS variables and credential chain, so a
+    root and the checkpoints under it are reached with one set of credentials."""
+
+    def __init__(self, hadoop_conf: Mapping[str, str]) -> None:
+        self._conf = {k.removeprefix("spark.hadoop."): str(v) for k, v in hadoop_conf.items()
+                      if k.startswith(("spark.hadoop.fs.s3a.", "fs.s3a."))}
+        self._clients: dict[str, Any] = {}
+
+    def _setting(self, bucket: str, key: str) -> str | None:
+        return self._conf.get(f"fs.s3a.bucket.{bucket}.{key}") or self._conf.get(f"fs.s3a.{key}")
+
+    def _client(self, path: str) -> tuple[Any, str]:
+        """The pyarrow file system of ``path``'s bucket and the path in its terms (``bucket/key``)."""
+        import pyarrow.fs as pafs
+
+        if scheme(path) not in DIRECT_SCHEMES:
+            raise StreamlingError(f"cannot reach {path} without Spark: only s3a:// (and s3://) is read directly here",
+                                  code="storage_unsupported", hint="use an s3a:// URI or a local folder")
+        rest = path.split("://", 1)[1]
+        bucket = rest.split("/", 1)[0]
+        if bucket not in self._clients:
+            endpoint = self._setting(bucket, "endpoint") or ""
+            ssl = (self._setting(bucket, "connection.ssl.enabled") or "true").lower() != "false"
+            kwargs: dict[str, Any] = {"allow_bucket_creation": False, "allow_bucket_deletion": False,
+                                      "connect_timeout": 5, "request_timeout": 30,
+                                      "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3)}
+            if endpoint:
+                parsed = re.match(r"^(https?)://(.*?)/?$", endpoint)
+                kwargs["scheme"], kwargs["endpoint_override"] = (parsed.group(1), parsed.group(2)) if parsed \
+                    else ("https" if ssl else "http", endpoint)
+                if (self._setting(bucket, "path.style.access") or "false").lower() != "true":
+                    kwargs["force_virtual_addressing"] = True
+            region = self._setting(bucket, "endpoint.region") or self._setting(bucket, "region")
+            if region:
+                kwargs["region"] = region
+            access, secret = self._setting(bucket, "access.key"), self._setting(bucket, "secret.key")
+            if access and secret:
+                kwargs.update(access_key=access, secret_key=secret,
+                              session_token=self._setting(bucket, "session.token") or None)
+            self._clients[bucket] = pafs.S3FileSystem(**kwargs)
+        return self._clients[bucket], rest.rstrip("/")
+
+    def _call(self, action: str, path: str, fn: Any) -> Any:
+        try:
+            return fn()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise storage_error(exc, action, path) from exc
+
+    def check_bucket(self, path: str) -> None:
+        """Refuse a bucket that does not exist (some S3-compatible stores create one on the first
+        write, which would hide a typo in the path)."""
+        import pyarrow.fs as pafs
+
+        fs, key = self._client(path)
+        bucket = key.split("/", 1)[0]
+        info = self._call("look up", path, lambda: fs.get_file_info(bucket))
+        if info.type == pafs.FileType.NotFound:
+            raise StreamlingError(f"cannot write {path}: the bucket '{bucket}' does not exist", code="storage_refused",
+                                  hint=f"create the bucket '{bucket}' first, or fix the path")
+
+    def exists(self, path: str) -> bool:
+        import pyarrow.fs as pafs
+
+        fs, key = self._client(path)
+        return bool(self._call("look up", path, lambda: fs.get_file_info(key)).type != pafs.FileType.NotFound)
+
+    def read_bytes(self, path: str) -> bytes:
+        fs, key = self._client(path)
+
+        def read() -> bytes:
+            with fs.open_input_stream(key) as stream:
+                return bytes(stream.read())
+        return bytes(self._call("read", path, read))
+
+    def read_text(self, path: str) -> str:
+        return self.read_bytes(path).decode("utf-8")
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Replace ``path`` with ``data``: one PUT, which readers see whole or not at all."""
+        fs, key = self._client(path)
+
+        def write() -> None:
+            with fs.open_output_stream(key) as stream:
+                stream.write(data)
+        self._call("write", path, write)
+
+    def write_text(self, path: str, text: str) -> None:
+        self.write_bytes(path, text.encode("utf-8"))
+
+    def list_names(self, path: str) -> list[str]:
+        import pyarrow.fs as pafs
+
+        fs, key = self._client(path)
+        infos = self._call("list", path, lambda: fs.get_file_info(pafs.FileSelector(key, allow_not_found=True)))
+        return [info.base_name for info in infos]
+
+    def files(self, path: str) -> list[str]:
+        """Every file under folder ``path``, as paths relative to it (``[]`` when there is none)."""
+        import pyarrow.fs as pafs
+
+        fs, key = self._client(path)
+        infos = self._call("list", path, lambda: fs.get_file_info(
+            pafs.FileSelector(key, allow_not_found=True, recursive=True)))
+        return sorted(info.path[len(key) + 1:] for info in infos if info.type == pafs.FileType.File)
+
+    def mkdirs(self, path: str) -> None:
+        """Nothing: an object store has no folders to create (a key's prefix is its folder)."""
+
+    def delete(self, path: str) -> None:
+        import pyarrow.fs as pafs
+
+        fs, key = self._client(path)
+
+        def delete() -> None:
+            kind = fs.get_file_info(key).type
+            if kind == pafs.FileType.Directory:
+                fs.delete_dir(key)
+            elif kind == pafs.FileType.File:
+                fs.delete_file(key)
+        self._call("delete", path, delete)
+
+
 _LOCAL = LocalStorage()
 
 
@@ -356,12 +489,17 @@ _NO_CONNECTOR = "ClassNotFoundException: Class org.apache.hadoop.fs."
 #: Hadoop exceptions of a store that is there but refuses us: fixing a setting is the only cure
 _TERMINAL = ("AccessDeniedException", "UnknownStoreException", "NoSuchBucket", "AccessControlException",
              "InvalidAccessKeyId", "SignatureDoesNotMatch", "UnsupportedFileSystemException",
-             "No FileSystem for scheme", _NO_CONNECTOR)
+             "No FileSystem for scheme", _NO_CONNECTOR,
+             # the AWS SDK's error names, as pyarrow.fs reports them (ObjectStorage)
+             "AWS Error ACCESS_DENIED", "AWS Error INVALID_ACCESS_KEY_ID", "AWS Error SIGNATURE_DOES_NOT_MATCH",
+             "AWS Error NO_SUCH_BUCKET")
 #: ... and of one that is briefly away: the flow's retry policy applies
 _TRANSIENT = ("ConnectException", "Connection refused", "Connection reset", "SocketException", "Broken pipe",
               "SocketTimeoutException", "UnknownHostException",
               "NoRouteToHostException", "EOFException", "ConnectTimeoutException", "RetriableException",
-              "SafeModeException", "AWSClientIOException", "SdkClientException")
+              "SafeModeException", "AWSClientIOException", "SdkClientException",
+              "AWS Error NETWORK_CONNECTION", "AWS Error SLOW_DOWN", "AWS Error SERVICE_UNAVAILABLE",
+              "AWS Error REQUEST_TIMEOUT", "AWS Error INTERNAL_FAILURE")
 
 
 def storage_error(exc: BaseException, action: str, path: str) -> StreamlingError:
@@ -390,9 +528,9 @@ def _terminal_hint(text: str, path: str) -> str:
     if "No FileSystem for scheme" in text or "UnsupportedFileSystemException" in text or _NO_CONNECTOR in text:
         return (f"Spark has no file system for '{kind}://': add its Hadoop connector jar (hadoop-aws for s3a://) to "
                 "spark.jars, or use hdfs:// or a local path")
-    if "NoSuchBucket" in text or "UnknownStoreException" in text:
+    if "NoSuchBucket" in text or "UnknownStoreException" in text or "NO_SUCH_BUCKET" in text:
         return f"the bucket of {path} does not exist: create it, or fix the path"
-    if kind == "s3a":
+    if kind in DIRECT_SCHEMES:
         return ("the store refused the credentials: fix spark.conf 'spark.hadoop.fs.s3a.access.key' / "
                 "'spark.hadoop.fs.s3a.secret.key' (or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
     return "the store refused access: check the user and the permissions on that path"

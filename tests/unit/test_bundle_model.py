@@ -193,14 +193,24 @@ def test_target_choice(tmp_path: Path) -> None:
 def test_a_relative_root_path_is_anchored_at_the_bundle_root(tmp_path: Path) -> None:
     (tmp_path / "bundle.yml").write_text("bundle: {name: b}\nworkspace: {root_path: ./deploy}\n"
                                          "targets:\n  uri:\n    workspace: {root_path: 's3a://bucket/${bundle.name}'}\n"
+                                         "  shared:\n    workspace: {root_path: 's3a://bucket/${bundle.name}'}\n"
+                                         "    config: {job_runner: {store: postgres}}\n"
+                                         "  hdfs:\n    workspace: {root_path: 'hdfs://nn:8020/b'}\n"
+                                         "    config: {job_runner: {store: postgres}}\n"
                                          "  local: {default: true}\n")
     assert _load(tmp_path).target.root_path == str(tmp_path / "deploy")
-    # An object store cannot be the root (no locks, appends or atomic renames): checkpoints can go there.
+    # An S3 root keeps runs, the lease and the deploy lock in the Postgres store: SQLite needs a disk.
     with pytest.raises(ValidationError) as info:
         _load(tmp_path, "uri")
     [problem] = info.value.problems
-    assert problem.code == "bundle_root_unsupported" and "POSIX" in problem.message
-    assert "state_dir: s3a://bucket/b/state" in (problem.hint or "")
+    assert problem.code == "bundle_root_needs_shared_store" and "job_runner.store: postgres" in (problem.hint or "")
+    assert _load(tmp_path, "shared").target.root_path == "s3a://bucket/b"
+    # The CLI and runner reach a root without Spark: S3 only (HDFS holds checkpoints through Spark).
+    with pytest.raises(ValidationError) as info:
+        _load(tmp_path, "hdfs")
+    [problem] = info.value.problems
+    assert problem.code == "bundle_root_unsupported" and "'hdfs' scheme" in problem.message
+    assert "state_dir: hdfs://nn:8020/b/state" in (problem.hint or "")
 
 
 def test_development_pauses_only_what_is_unset(tmp_path: Path) -> None:

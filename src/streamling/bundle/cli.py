@@ -10,14 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamling.errors import StreamlingError, ValidationError
+
+if TYPE_CHECKING:
+    from streamling.bundle.workspace import Workspace
 
 
 def _kv(items: Sequence[str], what: str) -> dict[str, str]:
@@ -119,14 +121,14 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         sys.stderr.write(f"Warning: {w}\n")
     started = time.monotonic()
     result = deploy(bundle, force=args.force, force_lock=args.force_lock)
-    ws = Workspace(bundle.target.root_path)
+    ws = Workspace.for_target(bundle.target)
     store = ws.open_store()
     active = {r.job_key: r.id for r in store.runs(active_only=True, limit=1000)}
     if result.skipped:
         _out(f"Deployment {result.version} is up to date: nothing changed, running jobs left untouched.")
     else:
         _out(f"Deployed version {result.version} of '{bundle.name}' to target '{bundle.target.name}' "
-             f"({ws.root}) in {time.monotonic() - started:.1f}s")
+             f"({ws.where}) in {time.monotonic() - started:.1f}s")
         for key in result.added:
             _out(f"  + {key}")
         for key, tasks in result.changed.items():
@@ -163,7 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
-    ws = Workspace(bundle.target.root_path)
+    ws = Workspace.for_target(bundle.target)
     if ws.current_version() is None:
         raise StreamlingError(f"target '{bundle.target.name}' has no deployment yet", code="bundle_not_deployed",
                               hint="run `streamling bundle deploy` first")
@@ -222,7 +224,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
-    ws = Workspace(bundle.target.root_path)
+    ws = Workspace.for_target(bundle.target)
     deployment = ws.deployment()
     store = ws.open_store() if deployment is not None else None
     local = {key: {t.key: tb.record(bundle)["fingerprint"] for t, tb in ((tb.task, tb) for tb in tasks.values())}
@@ -233,7 +235,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
             continue
         deployed = {t["task_key"]: t["fingerprint"] for t in job["tasks"]}
         runs = store.runs(key, limit=1) if store is not None else []
-        figures = _latest_figures([{"figures": run_figures(a["log_path"])} for a in store.attempts(runs[0].id)]) \
+        figures = _latest_figures([{"figures": run_figures(a["log_path"], ws)} for a in store.attempts(runs[0].id)]) \
             if runs and store is not None else None
         jobs[key] = {"name": job.get("name"),
                      "trigger": "continuous" if job.get("continuous") else "schedule" if job.get("schedule") else
@@ -254,7 +256,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
     for key in set(local) - set(jobs):
         if "[" not in key:  # iteration jobs are named <job>[<task>]
             jobs[key] = {"working_copy": "not deployed yet"}
-    summary = {"name": bundle.name, "target": bundle.target.name, "root_path": str(ws.root),
+    summary = {"name": bundle.name, "target": bundle.target.name, "root_path": ws.where,
                "deployment": None if deployment is None else {
                    "version": deployment["version"], "user": deployment.get("user"), "git": deployment.get("git"),
                    "deployed_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(deployment["created_at"]))},
@@ -263,7 +265,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
         _out(json.dumps(summary, indent=2, default=str))
         return 0
     dep = summary["deployment"]
-    _out(f"Name: {bundle.name}\nTarget: {bundle.target.name}\nRoot: {ws.root}\n"
+    _out(f"Name: {bundle.name}\nTarget: {bundle.target.name}\nRoot: {ws.where}\n"
          + (f"Deployment: version {dep['version']} by {dep['user']} at {dep['deployed_at']}"
             + (f" (git {str(dep['git'].get('commit', ''))[:10]})" if dep.get("git") else "") if dep else
             "Deployment: none") + f"\nRunner: {summary['runner']}\nJobs:")
@@ -306,16 +308,16 @@ def cmd_destroy(args: argparse.Namespace) -> int:
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
-    ws = Workspace(bundle.target.root_path)
-    if not ws.root.exists():
-        _out(f"Nothing to destroy at {ws.root}")
+    ws = Workspace.for_target(bundle.target)
+    if not ws.root.exists() or (ws.uri and ws.deployment() is None):
+        _out(f"Nothing to destroy at {ws.where}")
         return 0
     if not args.auto_approve:
         if not sys.stdin.isatty():
             raise StreamlingError("destroy deletes every deployment, checkpoint and run log of target "
-                                  f"'{bundle.target.name}' ({ws.root})", code="bundle_confirm",
+                                  f"'{bundle.target.name}' ({ws.where})", code="bundle_confirm",
                                   hint="pass --auto-approve to confirm")
-        answer = input(f"Delete everything under {ws.root} (deployments, checkpoints, run logs)? [y/N] ")
+        answer = input(f"Delete everything under {ws.where} (deployments, checkpoints, run logs)? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             return 1
     store = ws.open_store()
@@ -334,8 +336,8 @@ def cmd_destroy(args: argparse.Namespace) -> int:
             time.sleep(0.1)
     store.destroy()
     store.close()
-    shutil.rmtree(ws.root, ignore_errors=True)
-    _out(f"Destroyed target '{bundle.target.name}': {ws.root} deleted ({len(active)} runs cancelled)")
+    ws.destroy()
+    _out(f"Destroyed target '{bundle.target.name}': {ws.where} deleted ({len(active)} runs cancelled)")
     return 0
 
 
@@ -343,11 +345,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
-    store = Workspace(bundle.target.root_path).open_store()
+    ws = Workspace.for_target(bundle.target)
+    store = ws.open_store()
     runs = store.runs(args.job, limit=args.limit)
     rows: list[dict[str, Any]] = []
     for run in runs:
-        attempts = [{**dict(a), "figures": run_figures(a["log_path"])} for a in store.attempts(run.id)]
+        attempts = [{**dict(a), "figures": run_figures(a["log_path"], ws)} for a in store.attempts(run.id)]
         rows.append({"run_id": run.id, "job": run.job_key, "state": run.state, "trigger": run.trigger,
                      "deployment": run.deployment, "params": run.params, "created_at": run.created_at,
                      "started_at": run.started_at, "ended_at": run.ended_at, "message": run.message,
@@ -370,12 +373,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_figures(log_path: str) -> dict[str, Any] | None:
+def run_figures(log_path: str, ws: Workspace) -> dict[str, Any] | None:
     """What a task attempt's driver reported about its run (the same ``RunStats`` its admin API serves)."""
-    path = Path(f"{log_path}.stats.json")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(ws.read_log(log_path, ".stats.json") or "")
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -391,7 +393,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
-    store = Workspace(bundle.target.root_path).open_store()
+    ws = Workspace.for_target(bundle.target)
+    store = ws.open_store()
     attempts = [a for a in store.attempts(args.run_id) if (not args.task or a["task_key"] == args.task)
                 and (not args.attempt or a["number"] == args.attempt)]
     if not attempts:
@@ -399,10 +402,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
                               code="bundle_no_logs", hint="list runs with `streamling bundle runs`")
     for attempt in attempts:
         _out(f"=== run {args.run_id} · task {attempt['task_key']} · attempt {attempt['number']} · {attempt['state']}")
-        try:
-            _out(Path(attempt["log_path"]).read_text(errors="replace"))
-        except OSError:
-            _out("(no log)")
+        text = ws.read_log(attempt["log_path"])
+        _out("(no log)" if text is None else text)
     if args.follow:
         path, offset = Path(attempts[-1]["log_path"]), Path(attempts[-1]["log_path"]).stat().st_size
         while True:
@@ -427,7 +428,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if (args.run_id is None) == (args.job is None):
         raise StreamlingError("give a RUN_ID or --job JOB", code="bundle_usage")
     bundle = _bundle(args)
-    ws = Workspace(bundle.target.root_path)
+    ws = Workspace.for_target(bundle.target)
     store = ws.open_store()
     ensure_runner(ws, store=store)
     if args.job:
@@ -442,8 +443,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_runner(args: argparse.Namespace) -> int:
     from streamling.bundle.runner import main as runner_main
+    from streamling.bundle.workspace import Workspace
 
-    return runner_main([_bundle(args).target.root_path])
+    return runner_main([str(Workspace.for_target(_bundle(args).target).root)])
 
 
 def cmd_secrets(args: argparse.Namespace) -> int:
@@ -453,7 +455,9 @@ def cmd_secrets(args: argparse.Namespace) -> int:
     from streamling.bundle.workspace import Workspace
     from streamling.secrets import SecretStore
 
-    store = SecretStore(Workspace(_bundle(args).target.root_path).secrets)
+    ws = Workspace.for_target(_bundle(args).target)
+    ws.pull_secrets()
+    store = SecretStore(ws.secrets)
     needs = {"put-secret": 2, "delete-secret": 2, "list-secrets": 1, "create-scope": 1, "delete-scope": 1,
              "list-scopes": 0}[args.action]
     given = [a for a in (args.scope, args.key) if a]
@@ -478,6 +482,8 @@ def cmd_secrets(args: argparse.Namespace) -> int:
         store.delete_scope(args.scope)
     else:
         _out("\n".join(store.scopes()))
+    if args.action in ("put-secret", "delete-secret", "create-scope", "delete-scope"):
+        ws.push_secrets()
     return 0
 
 

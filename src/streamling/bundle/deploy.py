@@ -33,6 +33,7 @@ from streamling.errors import Location, StreamlingError, ValidationError
 
 if TYPE_CHECKING:
     from streamling.bundle.compile import CompiledNotebook
+    from streamling.config.settings import JobRunnerSettings
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ def _cluster_problems(bundle: Bundle, tb: TaskBuild) -> list[StreamlingError]:
         return []
     where = f"task '{tb.task.key}' of job '{tb.job.key}' on target '{bundle.target.name}'"
     overrides = {**bundle.target.config, "application_id": tb.application_id}
-    overrides.setdefault("state_dir", str(Workspace(bundle.target.root_path).state_dir))
+    overrides.setdefault("state_dir", Workspace.for_target(bundle.target).state_dir)
     try:
         settings = load_settings(tb.compiled.config_name, cwd=notebook.parent, overrides=overrides)
         build_plan(parse_pipeline(tb.compiled.to_yaml(), source=notebook.name), settings, dry_run=True)
@@ -216,8 +217,9 @@ class DeployResult:
 
 
 @contextmanager
-def deploy_lock(ws: Workspace, force: bool = False) -> Iterator[None]:
-    """One deploy at a time per target root. An OS lock: it dies with its holder, so no stale locks."""
+def deploy_lock(ws: Workspace, force: bool = False, bundle: Bundle | None = None) -> Iterator[None]:
+    """One deploy at a time per target root. An OS lock: it dies with its holder, so no stale locks.
+    An object-store root is deployed from any host: the run store's lock serialises those too."""
     ws.root.mkdir(parents=True, exist_ok=True)
     with open(ws.deploy_lock, "a+") as handle:
         try:
@@ -234,7 +236,21 @@ def deploy_lock(ws: Workspace, force: bool = False) -> Iterator[None]:
         handle.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}")
         handle.flush()
         try:
-            yield
+            if ws.remote is None or bundle is None:
+                yield
+                return
+            from streamling.bundle.store import PostgresStore
+
+            settings, schema = runner_settings(bundle)
+            store = PostgresStore(settings, schema)
+            try:
+                with store.exclusive("deploy", wait=force) as got:
+                    if not got:
+                        raise StreamlingError(f"another deploy of {ws.where} is in progress on another host",
+                                              code="bundle_locked", hint="wait for it to finish")
+                    yield
+            finally:
+                store.close()
         finally:
             handle.truncate(0)
             fcntl.flock(handle, fcntl.LOCK_UN)
@@ -271,6 +287,15 @@ def bundle_files(root: Path) -> list[Path]:
                   and not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
+def files_digest(bundle: Bundle) -> str:
+    """The bundle's files (names and contents): a deploy that changed only a helper module or a data
+    file is a new version, not "up to date" (its tasks' definitions are unchanged, so runs go on)."""
+    digest = hashlib.sha256()
+    for path in bundle_files(bundle.root):
+        digest.update(str(path.relative_to(bundle.root)).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
 def _sync_files(bundle: Bundle, ws: Workspace, previous: list[str]) -> list[str]:
     """Copy the bundle's files to ``workspace.file_path`` in place (running drivers keep their folder)."""
     names: list[str] = []
@@ -288,7 +313,7 @@ def _sync_files(bundle: Bundle, ws: Workspace, previous: list[str]) -> list[str]
 def deploy(bundle: Bundle, force: bool = False, force_lock: bool = False) -> DeployResult:
     """Validate, then write deployment N+1 and make it live. Refuses checkpoint-incompatible changes."""
     builds = build(bundle)
-    ws = Workspace(bundle.target.root_path)
+    ws = Workspace.for_target(bundle.target)
     git = git_state(bundle.root)
     if bundle.target.mode == "production" and git and git["dirty"] and not force:
         shown = ", ".join(line[3:] for line in git["dirty"][:5]) + (" …" if len(git["dirty"]) > 5 else "")
@@ -299,14 +324,17 @@ def deploy(bundle: Bundle, force: bool = False, force_lock: bool = False) -> Dep
         from streamling.bundle.environments import build_artifacts
 
         build_artifacts(bundle.artifacts)
-    with deploy_lock(ws, force=force_lock):
+    if ws.remote is not None and ws.uri is not None:  # before anything changes: the store is there and lets us in
+        ws.remote.check_bucket(ws.uri)
+    with deploy_lock(ws, force=force_lock, bundle=bundle):
         _check_store(bundle, ws)
         if bundle.secret_scopes:  # declared scopes exist (empty) once deployed; their values are put by hand
             from streamling.secrets import SecretStore
 
+            ws.pull_secrets()
             store = SecretStore(ws.secrets)
-            for scope in bundle.secret_scopes:
-                store.create_scope(scope)
+            if any([store.create_scope(scope) for scope in bundle.secret_scopes]):
+                ws.push_secrets()
         live = ws.deployment()
         jobs: dict[str, Any] = {}
         resolved = bundle.to_json()
@@ -322,8 +350,10 @@ def deploy(bundle: Bundle, force: bool = False, force_lock: bool = False) -> Dep
                     record["python"] = task_python(record["libraries"])
         _refuse_incompatible(ws, live, jobs)
         result = _compare(live, jobs)
+        digest = files_digest(bundle)
         if live is not None and not result.changed and not result.added and not result.removed \
                 and live.get("target") == bundle.target.name and live.get("config") == bundle.target.config \
+                and live.get("files_digest") == digest \
                 and _job_settings(live) == _job_settings(json.loads(json.dumps({"jobs": jobs}, default=str))):
             result.version = int(live["version"])
             result.skipped = True
@@ -349,23 +379,31 @@ def deploy(bundle: Bundle, force: bool = False, force_lock: bool = False) -> Dep
             "version": version, "created_at": time.time(), "user": bundle.user,
             "git": {k: v for k, v in (git or {}).items() if k != "dirty"} | {"dirty": bool(git and git["dirty"])},
             "name": bundle.name, "target": bundle.target.name, "mode": bundle.target.mode,
-            "root_path": str(ws.root), "file_path": str(ws.files), "state_dir": str(ws.state_dir),
-            "config": bundle.target.config, "jobs": jobs, "files": synced, "resolved": resolved,
+            "root_path": str(ws.root), "file_path": str(ws.files), "state_dir": ws.state_dir,
+            "config": bundle.target.config, "jobs": jobs, "files": synced, "files_digest": digest,
+            "resolved": resolved,
         }
         (tmp / "deployment.json").write_text(json.dumps(record_json, indent=2, default=str))
         tmp.rename(ws.deployment_dir(version))
+        ws.publish(version)
         ws.set_current(version)
-    log.info("deployed version %d of bundle '%s' to %s", version, bundle.name, ws.root)
+    log.info("deployed version %d of bundle '%s' to %s", version, bundle.name, ws.where)
     return result
 
 
-def _check_store(bundle: Bundle, ws: Workspace) -> None:
-    """Fix (first deploy) or check the root's run store, and reach it before anything changes."""
+def runner_settings(bundle: Bundle) -> tuple[JobRunnerSettings, str]:
+    """The target's ``job_runner`` settings (environment over config) and its default store schema."""
     from streamling.config.settings import JobRunnerSettings, deep_merge, env_overrides
 
     settings = JobRunnerSettings.model_validate(deep_merge(dict(bundle.target.config.get("job_runner") or {}),
                                                            env_overrides(os.environ).get("job_runner", {})))
     schema = re.sub(r"[^a-z0-9_]+", "_", f"streamling_runs_{bundle.name}_{bundle.target.name}".lower())[:63]
+    return settings, settings.postgres.schema_name or schema
+
+
+def _check_store(bundle: Bundle, ws: Workspace) -> None:
+    """Fix (first deploy) or check the root's run store, and reach it before anything changes."""
+    settings, schema = runner_settings(bundle)
     ws.record_store(settings, schema)
     ws.open_store().close()
 

@@ -269,7 +269,7 @@ def _pipeline_update(deployment: dict[str, Any], task: dict[str, Any]) -> int:
     resolved = deployment["resolved"]
     pipeline = resolved["pipelines"][key]
     files = Path(deployment["file_path"])
-    home = Path(deployment["state_dir"]) / "pipelines" / key
+    home = Path(deployment["root_path"]) / "state" / "pipelines" / key  # the driver host's (local masters only)
     home.mkdir(parents=True, exist_ok=True)
     # The spec's library globs are relative to its folder; the sources are the deployed files.
     libraries = []

@@ -925,20 +925,18 @@ class _Builder:
         values = {n: res.ref(f"var.{n}") for n in names}
         root_path = res.ref("workspace.root_path") or ""
         file_path = res.ref("workspace.file_path") or ""
-        if root_path:
-            from streamling.bundle.workspace import local_root
-
-            try:
-                local_root(root_path)
-            except StreamlingError as exc:
-                ctx.add("workspace.root_path", exc.message, hint=exc.hint, code=exc.code)
         bundle_name = res.ref("bundle.name") or _text(name)
         config = res.tree("config", data.get("config")) if "config" in data else {}
         if not isinstance(config, dict):
             ctx.add("config", "config must be a mapping of runtime settings (the keys of config.yaml)")
             config = {}
         self.check_config(config)
-        self.check_runner_store(config, environ)
+        store = self.check_runner_store(config, environ)
+        if root_path:
+            from streamling.bundle.workspace import root_problem
+
+            if (problem := root_problem(root_path, store)) is not None:
+                ctx.add("workspace.root_path", problem.message, hint=problem.hint, code=problem.code)
         self.clusters = {str(k): _dict(res.tree(f"resources.clusters.{k}", v, _CLUSTER))
                          for k, v in _dict(resources.get("clusters")).items()}
         built = {str(k): self.job(str(k), res.tree(f"resources.jobs.{k}", v, _JOB)) for k, v in jobs.items()}
@@ -1177,8 +1175,9 @@ class _Builder:
                 res.raw[ref] = (_text(value), loc)
         return names
 
-    def check_runner_store(self, config: dict[str, Any], environ: Mapping[str, str]) -> None:
-        """A target on several hosts whose runner keeps runs on one host's disk: nobody can take over."""
+    def check_runner_store(self, config: dict[str, Any], environ: Mapping[str, str]) -> str:
+        """The target's run store; a target on several hosts whose runner keeps runs on one host's disk
+        is warned: nobody can take over."""
         from streamling import storage
 
         master = str((config.get("spark") or {}).get("master") or "")
@@ -1190,6 +1189,7 @@ class _Builder:
                 f"target '{self.target}' runs on {master}, which spans hosts, but its job runner keeps runs in "
                 "runs.db on one host's disk (job_runner.store: sqlite): if that host dies, no runner elsewhere can "
                 "take over its jobs. Set job_runner.store: postgres (see README, Running on a cluster)")
+        return store
 
     def check_config(self, config: dict[str, Any]) -> None:
         """Runtime settings are checked now, so a typo in targets.<t>.config fails validate, not the first run."""

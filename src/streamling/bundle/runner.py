@@ -459,6 +459,12 @@ class Runner:
         params = {k: v for k, v in params.items() if k not in (ITERATION_INPUT, ITERATION_INDEX)}  # in the context
         # a task with libraries runs on its own environment's interpreter (see bundle.environments)
         python = (self._task_record(self.version, job_key, task_key) or {}).get("python") or sys.executable
+        if self.ws.remote is not None:  # secrets put since the last task (on any host)
+            try:
+                self.ws.pull_secrets()
+            except StreamlingError as exc:
+                log.warning("run %d task '%s': cannot read the secret scopes of %s (%s); the task sees this "
+                            "host's copy", run_id, task_key, self.ws.where, exc.headline())
         cmd = [python, "-m", "streamling.bundle.driver", "--root", str(self.ws.root),
                "--deployment", str(self.version), "--job", job_key, "--task", task_key,
                "--params", json.dumps(params), "--exit-file", f"{log_path}.exit", "--attempt", str(attempt_id),
@@ -474,6 +480,16 @@ class Runner:
                                             log_path, time.time(), proc)
         log.info("run %d task '%s' attempt %d started (pid %d, deployment %d)", run_id, task_key, number, proc.pid,
                  self.version)
+
+    def _push_log(self, attempt: Attempt) -> None:
+        """An ended attempt's log to the object-store root (off the supervision loop: a slow store
+        must not delay it)."""
+        try:
+            self.ws.push_log(attempt.log_path)
+        except (OSError, StreamlingError) as exc:
+            log.warning("run %d task '%s': the log of attempt %d stays on this host (%s): %s", attempt.run_id,
+                        attempt.task_key, attempt.number, self.ws.where,
+                        exc.headline() if isinstance(exc, StreamlingError) else exc)
 
     def _stop_attempt(self, attempt: Attempt, why: str, note: str | None = None) -> None:
         if attempt.stopping is None or why == "cancel":
@@ -693,6 +709,8 @@ class Runner:
             state, message = "failed", _failure_line(attempt.log_path, code)
         self.store.set_attempt(attempt.id, state=state, ended_at=now, exit_code=code, reason=message)
         log.info("run %d task '%s' attempt %d %s (exit %d)", run_id, key, attempt.number, state, code)
+        if self.ws.remote is not None:
+            threading.Thread(target=self._push_log, args=(attempt,), name="push-log", daemon=True).start()
         if state in ("redeployed", "fenced"):
             self.store.set_task(run_id, key, state="pending", message=message)
             self.store.set_run(run_id, message=message)  # replaces what an earlier swap attempt said

@@ -525,6 +525,23 @@ class PostgresStore(Store):
         with self._connection() as conn, conn.transaction():
             yield _PostgresTx(conn)
 
+    @contextmanager
+    def exclusive(self, name: str, wait: bool) -> Iterator[bool]:
+        """Hold lock ``name`` of this store, for every host, while the block runs (a session advisory
+        lock: it ends with the holder's connection, so a dead holder leaves no stale lock). Yields
+        False at once when another holds it and ``wait`` is False."""
+        key = f"{self.schema}:{name}"
+        with self._connection() as conn:
+            got = bool(conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0])
+            while not got and wait:  # polled: the pool's statement timeout bounds a blocking wait
+                time.sleep(0.5)
+                got = bool(conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0])
+            try:
+                yield got
+            finally:
+                if got:
+                    conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+
 
 class _PostgresTx:
     def __init__(self, conn: Any) -> None:

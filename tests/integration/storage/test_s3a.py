@@ -12,18 +12,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from services import start_services
 
 pytestmark = [pytest.mark.slow, pytest.mark.s3]
 
 ROWS = 3_000
-
-
-@pytest.fixture(scope="session")
-def s3() -> dict[str, str]:
-    if os.environ.get("STREAMLING_TEST_S3_ENDPOINT"):
-        return {k: v for k, v in os.environ.items() if k.startswith(("STREAMLING_TEST_S3_", "STREAMLING_TEST_S3A_"))}
-    return start_services("s3")
 
 
 def _env(s3: dict[str, str], name: str, **over: str) -> dict[str, str]:
