@@ -416,6 +416,12 @@ def test_a_deploy_that_changes_nothing_is_a_no_op(project: Path) -> None:
     summary = json.loads(bundle(project, "summary", "-o", "json").stdout)
     assert summary["deployment"]["version"] == 1
     assert summary["jobs"]["flaky"]["working_copy"] == "up to date"
+    # A file no task names (a helper module, a data file) changed: a new version, no task changed.
+    (project / "jobs" / "helper.py").write_text("VALUE = 2\n")
+    helper = bundle(project, "deploy")
+    assert helper.returncode == 0 and "Deployed version 2" in helper.stdout, helper.stdout + helper.stderr
+    assert (project.parent / "root" / "files" / "jobs" / "helper.py").read_text() == "VALUE = 2\n"
+    assert "Deployment 2 is up to date" in bundle(project, "deploy").stdout
     (project / "jobs" / "flaky.py").write_text("print('changed')\n")
     # A Python file is not compiled: the task record is what decides; the files are synced on deploy.
     (project / "bundle.yml").write_text((project / "bundle.yml").read_text().replace("max_retries: 1",

@@ -121,3 +121,12 @@ def unique_topic(request: pytest.FixtureRequest, kafka_admin: Any) -> Iterator[s
             future.result(timeout=15)
         except Exception:  # never created, or already gone
             pass
+
+
+# --- the S3-compatible store (fixtures/services/up s3) ---------------------------------------------
+
+@pytest.fixture(scope="session")
+def s3() -> dict[str, str]:
+    if os.environ.get("STREAMLING_TEST_S3_ENDPOINT"):
+        return {k: v for k, v in os.environ.items() if k.startswith(("STREAMLING_TEST_S3_", "STREAMLING_TEST_S3A_"))}
+    return start_services("s3")

@@ -167,3 +167,43 @@ def task_python(requirements: list[str]) -> str | None:
         partial.rename(target)
         (target / ".complete").write_text(" ".join(args) + "\n")
     return str(python)
+
+
+def on_this_host(requirements: list[str], bundle_root: str, files: Path) -> list[str]:
+    """A deployed task's requirements as this host finds them: a wheel or requirements file of the
+    bundle's folder on the deploying host is the same file in this host's copy of the bundle files
+    (``workspace.file_path``; a root on an object store fetches them)."""
+    prefix = bundle_root.rstrip("/") + "/"
+
+    def here(path: str) -> str:
+        return str(files / path[len(prefix):]) if path.startswith(prefix) else path
+
+    return [f"-r {here(item[3:].strip())}" if item.startswith("-r ") else here(item) for item in requirements]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m streamling.bundle.environments REQUIREMENTS_JSON -- PYTHON ARGS…``: build (or find)
+    the environment of the requirements on this host, then become its interpreter (in PYTHON's place)
+    running ARGS. The
+    runner launches a task this way when the deploying host's environment is not here: the build
+    (pip, possibly minutes) runs in the task's own process, never in the runner's supervision loop."""
+    import json
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 3 or args[1] != "--":
+        sys.stderr.write("usage: python -m streamling.bundle.environments REQUIREMENTS_JSON -- PYTHON ARGS…\n")
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        python = task_python(list(json.loads(args[0]))) or sys.executable
+    except StreamlingError as exc:
+        log.error("the task's environment cannot be built on this host: %s", exc.headline())
+        return 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(python, [python, *args[3:]])
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

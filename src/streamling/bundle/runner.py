@@ -458,14 +458,26 @@ class Runner:
         context = self._context(run_id, job_key, task_key, attempt_id, number)
         params = {k: v for k, v in params.items() if k not in (ITERATION_INPUT, ITERATION_INDEX)}  # in the context
         # a task with libraries runs on its own environment's interpreter (see bundle.environments)
-        python = (self._task_record(self.version, job_key, task_key) or {}).get("python") or sys.executable
+        record = self._task_record(self.version, job_key, task_key) or {}
+        python = record.get("python") or sys.executable
+        launcher: list[str] = []
+        if not Path(python).exists() and record.get("libraries"):
+            # deployed from another host (a root on an object store): the task's own process builds
+            # the environment here first (see bundle.environments.main)
+            from streamling.bundle.environments import on_this_host
+
+            requirements = on_this_host(list(record["libraries"]),
+                                        str(((self.deployment or {}).get("resolved") or {}).get("root") or ""),
+                                        self.ws.files)
+            launcher, python = [sys.executable, "-m", "streamling.bundle.environments", json.dumps(requirements),
+                                "--"], "python"
         if self.ws.remote is not None:  # secrets put since the last task (on any host)
             try:
                 self.ws.pull_secrets()
             except StreamlingError as exc:
                 log.warning("run %d task '%s': cannot read the secret scopes of %s (%s); the task sees this "
                             "host's copy", run_id, task_key, self.ws.where, exc.headline())
-        cmd = [python, "-m", "streamling.bundle.driver", "--root", str(self.ws.root),
+        cmd = [*launcher, python, "-m", "streamling.bundle.driver", "--root", str(self.ws.root),
                "--deployment", str(self.version), "--job", job_key, "--task", task_key,
                "--params", json.dumps(params), "--exit-file", f"{log_path}.exit", "--attempt", str(attempt_id),
                "--context", json.dumps(context)]

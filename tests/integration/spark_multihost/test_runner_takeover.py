@@ -4,9 +4,10 @@ stops at once, uncommitted) and starts the continuous job again on host B from i
 Rows continue in Postgres: every id once, none missing. A deploy from host A then moves the job on
 host B into its running driver (no restart), and a cancel from host A stops it there.
 
-The bundle root is a folder both "hosts" see (a shared mount in real life): host B's runner runs in
-host B's network namespace with this machine's files, as a second machine with streamling installed
-and the bundle root mounted would.
+The bundle root is on the S3-compatible store: each host's runner works on its own mirror of it
+(``STREAMLING_MIRROR_DIR``), so host B has no view of what host A's runner wrote but what the store
+holds. Host B's runner runs in host B's network namespace with this machine's files otherwise, as a
+second machine with streamling installed would.
 """
 
 from __future__ import annotations
@@ -45,12 +46,14 @@ NOTEBOOK = """\
 
 
 def _host_env(base: dict[str, str], host: str, address: str) -> dict[str, str]:
-    """What each host's runner environment holds: its name, and the address its drivers advertise."""
-    return {**base, "STREAMLING_HOST": host, "SPARK_LOCAL_IP": address, "SPARK_LOCAL_HOSTNAME": address}
+    """What each host's runner environment holds: its name, the address its drivers advertise, and
+    its own mirror of the bundle root."""
+    return {**base, "STREAMLING_HOST": host, "SPARK_LOCAL_IP": address, "SPARK_LOCAL_HOSTNAME": address,
+            "STREAMLING_MIRROR_DIR": str(Path(base["STREAMLING_TEST_MIRRORS"]) / host)}
 
 
 @pytest.fixture
-def project(tmp_path: Path, two_hosts: dict[str, str], postgres_service: dict[str, str],
+def project(tmp_path: Path, two_hosts: dict[str, str], postgres_service: dict[str, str], s3: dict[str, str],
             unique_name: str) -> Iterator[tuple[Path, dict[str, str]]]:
     address = postgres_service.get("STREAMLING_TEST_POSTGRES_HOSTB_ADDRESS")
     if not address:
@@ -65,7 +68,7 @@ def project(tmp_path: Path, two_hosts: dict[str, str], postgres_service: dict[st
     hdfs = two_hosts["STREAMLING_TEST_HDFS_URL"]
     (root / "bundle.yml").write_text(textwrap.dedent(f"""
         bundle: {{name: takeover}}
-        workspace: {{root_path: {tmp_path / 'shared' / 'root'}}}
+        workspace: {{root_path: "s3a://{s3['STREAMLING_TEST_S3_BUCKET']}/tests/{unique_name}/root"}}
         resources:
           jobs:
             ingest:
@@ -86,6 +89,10 @@ def project(tmp_path: Path, two_hosts: dict[str, str], postgres_service: dict[st
                 conf:
                   spark.hadoop.dfs.replication: "1"
                   spark.hadoop.dfs.client.block.write.locateFollowingBlock.initial.delay.ms: "20"
+                  spark.hadoop.fs.s3a.endpoint: "{s3['STREAMLING_TEST_S3_ENDPOINT']}"
+                  spark.hadoop.fs.s3a.path.style.access: "true"
+                  spark.hadoop.fs.s3a.endpoint.region: us-east-1
+                  spark.hadoop.fs.s3a.access.key: "{s3['STREAMLING_TEST_S3_ACCESS_KEY']}"
               postgres_sink: {pg}
               job_runner:
                 store: postgres
@@ -95,9 +102,16 @@ def project(tmp_path: Path, two_hosts: dict[str, str], postgres_service: dict[st
     password = postgres_service["STREAMLING__POSTGRES_SINK__PASS"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
     env.update(STREAMLING__POSTGRES_SINK__PASS=password, STREAMLING__JOB_RUNNER__POSTGRES__PASS=password)
+    env["STREAMLING__SPARK__CONF__spark.hadoop.fs.s3a.secret.key"] = s3["STREAMLING_TEST_S3_SECRET_KEY"]
+    env["STREAMLING_TEST_MIRRORS"] = str(tmp_path / "mirrors")
     yield root, env
     bundle(root, _host_env(env, "host-a", two_hosts["STREAMLING_TEST_MULTIHOST_DRIVER_HOST"]), "destroy",
            "--auto-approve")
+
+
+def _uploaded_log(root: Path, env: dict[str, str], run_id: int, number: int) -> str:
+    out = bundle(root, env, "logs", str(run_id), "--attempt", str(number)).stdout
+    return "" if "(no log)" in out else out
 
 
 def _rows(pg: Any, table: str) -> tuple[int, int, int, int]:
@@ -159,7 +173,8 @@ def test_a_runner_on_another_host_takes_over_and_rows_continue_once(
         refused = bundle(root, host_a, "deploy")
         assert refused.returncode == 1 and "cannot resume from it" in refused.stderr, refused.stderr
         # A deploy from host A reaches the job on host B: its driver swaps the new definition in after
-        # its epoch, in the same JVM on the same checkpoint (the handshake files are on the shared root).
+        # its epoch, in the same JVM on the same checkpoint (host B's runner fetches deployment 2 from
+        # the store into its mirror, where it and its driver shake hands).
         (root / "ingest.py").write_text(notebook.replace(
             "# MAGIC %%streamling sink db --from numbers",
             "# MAGIC %%streamling transform kept --from numbers\n# MAGIC SELECT * FROM numbers WHERE id >= 0\n\n"
@@ -178,7 +193,9 @@ def test_a_runner_on_another_host_takes_over_and_rows_continue_once(
         run = wait_for(lambda: next((r for r in runs(root, host_a, "ingest") if r["run_id"] == first["run_id"]
                                      and r["state"] == "cancelled"), None), 120, "run 1 to stop on host B")
         last = run["attempts"][-1]
-        text = Path(last["log_path"]).read_text()
+        # host A reads the log host B's runner uploaded to the store when the attempt ended
+        text = wait_for(lambda: _uploaded_log(root, host_a, first["run_id"], last["number"]), 60,
+                        "host B's log in the store")
         assert (last["host"], last["state"], last["exit_code"]) == ("host-b", "cancelled", 0), \
             "\n".join(line for line in text.splitlines() if " ERROR " in line or "Error" in line) or text[-3000:]
     finally:

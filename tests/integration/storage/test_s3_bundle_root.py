@@ -8,7 +8,9 @@ Tasks are Python files (no JVM): what is under test is the root, not Spark.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import textwrap
 from pathlib import Path
@@ -32,9 +34,13 @@ def _store(s3: dict[str, str]) -> Any:
                              region="us-east-1")
 
 
-def _read(fs: Any, key: str) -> str:
+def _bytes(fs: Any, key: str) -> bytes:
     with fs.open_input_stream(key) as stream:
-        return bytes(stream.read()).decode()
+        return bytes(stream.read())
+
+
+def _read(fs: Any, key: str) -> str:
+    return _bytes(fs, key).decode()
 
 
 @pytest.fixture
@@ -44,11 +50,14 @@ def project(tmp_path: Path, s3: dict[str, str], postgres_service: dict[str, str]
     (root / "jobs").mkdir(parents=True)
     (root / "jobs" / "hello.py").write_text(textwrap.dedent("""
         from pathlib import Path
+        import greet
         from streamling.notebook.dbutils import dbutils
+        print("library:", greet.WHO, flush=True)
         print("greeting:", (Path(__file__).parent / "greeting.txt").read_text().strip(), flush=True)
         print("token is", dbutils.secrets.get("app", "token"), flush=True)
     """))
     (root / "jobs" / "greeting.txt").write_text("hello from version 1\n")
+    _wheel(root / "dist" / "greet-1.0-py3-none-any.whl")
     prefix = f"{s3['STREAMLING_TEST_S3_BUCKET']}/tests/{unique_name}/root"
     pg = {"host": "127.0.0.1", "port": postgres_service["STREAMLING__POSTGRES_SINK__PORT"],
           "user": postgres_service["STREAMLING__POSTGRES_SINK__USER"],
@@ -64,6 +73,7 @@ def project(tmp_path: Path, s3: dict[str, str], postgres_service: dict[str, str]
               tasks:
                 - task_key: main
                   spark_python_task: {{python_file: ./jobs/hello.py}}
+                  libraries: [{{whl: ./dist/greet-1.0-py3-none-any.whl}}]
         targets:
           dev:
             default: true
@@ -83,7 +93,8 @@ def project(tmp_path: Path, s3: dict[str, str], postgres_service: dict[str, str]
     # the store's secret stays out of the bundle, as users keep it
     env.update({"STREAMLING__SPARK__CONF__spark.hadoop.fs.s3a.secret.key": s3["STREAMLING_TEST_S3_SECRET_KEY"],
                 "STREAMLING__JOB_RUNNER__POSTGRES__PASS": postgres_service["STREAMLING__POSTGRES_SINK__PASS"],
-                "STREAMLING_MIRROR_DIR": str(tmp_path / "host-a")})
+                "STREAMLING_MIRROR_DIR": str(tmp_path / "host-a"),
+                "STREAMLING_CACHE_DIR": str(tmp_path / "host-a-cache")})
     return root, prefix, env
 
 
@@ -105,7 +116,9 @@ def _gone(pid: int) -> bool:
 def test_a_bundle_root_on_s3_serves_every_host(project: tuple[Path, str, dict[str, str]], s3: dict[str, str],
                                                pg: Any, unique_name: str, tmp_path: Path) -> None:
     root, prefix, host_a = project
-    host_b = {**host_a, "STREAMLING_MIRROR_DIR": str(tmp_path / "host-b")}
+    # host B has its own mirror and its own cache: the task's environment is not there yet
+    host_b = {**host_a, "STREAMLING_MIRROR_DIR": str(tmp_path / "host-b"),
+              "STREAMLING_CACHE_DIR": str(tmp_path / "host-b-cache")}
     fs = _store(s3)
     deployed = bundle(root, host_a, "deploy")
     assert deployed.returncode == 0, deployed.stderr
@@ -117,6 +130,11 @@ def test_a_bundle_root_on_s3_serves_every_host(project: tuple[Path, str, dict[st
     assert put.returncode == 0, put.stderr
     assert SECRET in _read(fs, f"{prefix}/secrets/app.json")
     _stop_runner(pg, f"runs_{unique_name}")
+    # The task's environment was built on host A at deploy; host B has none (same machine here: remove it).
+    record = json.loads(_read(fs, f"{prefix}/deployments/1/deployment.json"))
+    built_on_a = Path(record["jobs"]["hello"]["tasks"][0]["python"]).parents[1]
+    assert str(built_on_a).startswith(host_a["STREAMLING_CACHE_DIR"])
+    shutil.rmtree(built_on_a)
 
     # Host B: a runner started there finds the deployment, the files and the secret in the store.
     ran = bundle(root, host_b, "run", "hello")
@@ -126,6 +144,8 @@ def test_a_bundle_root_on_s3_serves_every_host(project: tuple[Path, str, dict[st
     # ... and host A reads its log from the store (redacted as ever), once B's runner has uploaded it.
     wait_for(lambda: "token is" in bundle(root, host_a, "logs", str(run["run_id"])).stdout, 30, "the uploaded log")
     log = bundle(root, host_a, "logs", str(run["run_id"])).stdout
+    assert "library: greet 1.0" in log  # the wheel came from the store, its environment was built on B
+    assert (tmp_path / "host-b-cache" / "task-envs").is_dir()
     assert "greeting: hello from version 1" in log and "token is [REDACTED]" in log and SECRET not in log
 
     # A deploy from host A reaches the runner on host B: its next run uses version 2's files.
@@ -144,7 +164,7 @@ def test_a_bundle_root_on_s3_serves_every_host(project: tuple[Path, str, dict[st
     # No object holds the store's secret key or the task's secret outside the secret scope.
     keys = _files(fs, prefix)
     leaks = [k for k in keys if not k.endswith("secrets/app.json")
-             and (s3["STREAMLING_TEST_S3_SECRET_KEY"] in _read(fs, k) or SECRET in _read(fs, k))]
+             and any(value.encode() in _bytes(fs, k) for value in (s3["STREAMLING_TEST_S3_SECRET_KEY"], SECRET))]
     assert leaks == [] and any(k.endswith("/logs/run-1/main-1.log") for k in keys)
 
     # Wrong credentials: terminal, masked, names the setting; nothing changes.
@@ -180,3 +200,17 @@ def _files(fs: Any, prefix: str) -> list[str]:
 
     return [i.path for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
             if i.type == pafs.FileType.File]
+
+
+def _wheel(path: Path) -> None:
+    """A one-module wheel (``greet``), as a bundle's artifact build leaves in ``dist/``."""
+    import zipfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    info = "greet-1.0.dist-info"
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr("greet.py", 'WHO = "greet 1.0"\n')
+        wheel.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: greet\nVersion: 1.0\n")
+        wheel.writestr(f"{info}/WHEEL",
+                       "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(f"{info}/RECORD", f"greet.py,,\n{info}/METADATA,,\n{info}/WHEEL,,\n{info}/RECORD,,\n")
