@@ -229,7 +229,8 @@ def _poll(check: Callable[[], Any], timeout: float, what: str) -> Any:
 class Bundle:
     """A temporary bundle with one notebook job on one production target, driven through the CLI."""
 
-    def __init__(self, workdir: Path, master: str, table: str, *, continuous: bool, rows: int) -> None:
+    def __init__(self, workdir: Path, master: str, table: str, *, continuous: bool, rows: int,
+                 standby: bool = True) -> None:
         import yaml
 
         self.dir = workdir / "bundle"
@@ -251,7 +252,8 @@ class Bundle:
                "resources": {"jobs": {self.job: job}},
                "targets": {"bench": {"default": True, "mode": "production",
                                      "workspace": {"root_path": str(self.root)},
-                                     "config": {"checkpoint_interval_sec": 1, "spark": {"master": master}}}}}
+                                     "config": {"checkpoint_interval_sec": 1, "spark": {"master": master},
+                                                "job_runner": {"standby": standby}}}}}
         (self.dir / "bundle.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
         # The user's environment (Postgres exports, STREAMLING_CACHE_DIR); no stray bundle variables.
         self.env = {k: v for k, v in os.environ.items()
@@ -350,10 +352,15 @@ def redeploys(bundle: Bundle, table: Table) -> list[dict[str, Any]]:
     return out
 
 
-def kill_and_recover(bundle: Bundle, table: Table) -> dict[str, Any]:
-    """SIGKILL the running driver's process group; seconds until a row above everything written before."""
+def kill_and_recover(bundle: Bundle, table: Table, standby: bool) -> dict[str, Any]:
+    """SIGKILL the running driver's process group; seconds until a row above everything written before
+    (with ``standby``, once the task's warm standby driver is ready)."""
     out: dict[str, Any] = {}
     time.sleep(KILL_AFTER_SECS)
+    if standby:
+        ready = _poll(lambda: next((bundle.root / "logs" / "standby").glob("*.go.ready"), None), WAIT_SECS,
+                      "the warm standby")
+        out["standby_rss_mb"] = _group_rss_mb(int(ready.read_text()))
     [running] = [a for a in bundle.attempts() if a["state"] == "running"]
     killed = time.time()
     os.killpg(int(running["pid"]), signal.SIGKILL)
@@ -368,13 +375,30 @@ def kill_and_recover(bundle: Bundle, table: Table) -> dict[str, Any]:
     return out
 
 
-def continuous_run(master: str, conninfo: str, cluster_ui: str | None, kill: bool = True) -> dict[str, Any]:
+def _group_rss_mb(pgid: int) -> float:
+    """Resident memory of every process of group ``pgid`` (a driver: Python and its JVM), in MB."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid:  # pgrp: the 5th field, the 3rd after the command
+                continue
+            status = (stat.parent / "status").read_text()
+        except (OSError, IndexError, ValueError):
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total / 1024
+
+
+def continuous_run(master: str, conninfo: str, cluster_ui: str | None, kill: bool = True,
+                   standby: bool = True) -> dict[str, Any]:
     """deploy → first row; redeploys → first new rows; SIGKILL the driver → first row of the new
-    attempt (unless ``kill`` is False); destroy; check the ids."""
+    attempt (unless ``kill`` is False; in the warm standby unless ``standby`` is False); destroy;
+    check the ids."""
     table = Table(conninfo, f"bj_{uuid.uuid4().hex[:10]}")
     out: dict[str, Any] = {"cluster": _cluster_busy(cluster_ui)} if cluster_ui else {}
     with tempfile.TemporaryDirectory(prefix="streamling-bench-bundle-") as tmp:
-        bundle = Bundle(Path(tmp), master, table.name, continuous=True, rows=ROWS_PER_BATCH)
+        bundle = Bundle(Path(tmp), master, table.name, continuous=True, rows=ROWS_PER_BATCH, standby=standby)
         try:
             t0 = time.time()
             bundle.must("deploy")
@@ -387,7 +411,7 @@ def continuous_run(master: str, conninfo: str, cluster_ui: str | None, kill: boo
             out["driver_to_first_row_s"] = first_row - float(attempt["started_at"])
             out["redeploys"] = redeploys(bundle, table)
             if kill:
-                out.update(kill_and_recover(bundle, table))
+                out.update(kill_and_recover(bundle, table, standby))
             out["attempt_states"] = [a["state"] for a in bundle.attempts()]
             time.sleep(2.0)  # a few epochs of the running attempt before the stop
         finally:
@@ -548,11 +572,13 @@ def run(opts: Options) -> ScenarioResult:
         sides.update(pair)
         log(f"{NAME} [{name}]: continuous job at {RATE} rows/s, {runs} runs (deploy, kill the driver, destroy)")
         side = sides.setdefault(f"{name}_continuous", Side(f"{name}_continuous"))
+        cold = sides.setdefault(f"{name}_continuous_cold", Side(f"{name}_continuous_cold"))
         for i in range(runs):
-            result = _measured(functools.partial(continuous_run, master, conninfo, ui))
-            side.runs.append(result)
-            log(f"  run {i + 1}/{runs}: deploy → first row {result['first_row_s']:.1f}s, "
-                f"driver kill → new row {result['recovery_s']:.1f}s")
+            for standby, into in ((True, side), (False, cold)):  # paired: warm standby, then a cold restart
+                result = _measured(functools.partial(continuous_run, master, conninfo, ui, standby=standby))
+                into.runs.append(result)
+                log(f"  run {i + 1}/{runs} ({'warm standby' if standby else 'no standby'}): deploy → first row "
+                    f"{result['first_row_s']:.1f}s, driver kill → new row {result['recovery_s']:.1f}s")
     return summarize(params, sides, notes)
 
 
@@ -581,8 +607,11 @@ def summarize(params: dict[str, Any], sides: dict[str, Side], notes: list[str]) 
             "deploy → first row in Postgres": (cont.median("first_row_s"), "s"),
             "  of which deploy CLI": (cont.median("deploy_cli_s"), "s"),
             "  runner launched the driver after": (cont.median("driver_launched_s"), "s"),
-            "driver SIGKILL → new row": (cont.median("recovery_s"), "s"),
+            "driver SIGKILL → new row (warm standby)": (cont.median("recovery_s"), "s"),
             "  new attempt launched after": (cont.median("restart_launched_s"), "s"),
+            "driver SIGKILL → new row (no standby: cold driver)": (sides[f"{name}_continuous_cold"].median(
+                "recovery_s"), "s"),
+            "standby: driver memory (RSS of the idle driver and its JVM)": (cont.median("standby_rss_mb"), "MB"),
             "ids missing after kill + destroy (all runs)": (float(sum(r["missing_ids"] for r in cont.runs)), "ids"),
             "bundle run: epochs rows/s": (job.median("rows_per_s"), "rows/s"),
             "hand-written: epochs rows/s": (hw.median("rows_per_s"), "rows/s"),

@@ -551,6 +551,60 @@ class Fence:
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
+class Standby:
+    """A driver started before it is needed: the runner keeps one per running task of a continuous
+    job (``job_runner.standby``), so that when the active driver dies its replacement has its JVM,
+    SparkSession and plugins ready and resumes from the checkpoint in seconds, not after a cold start.
+
+    It prepares everything the task's deployment fixes, then only waits: it runs no query, opens no
+    sink and touches no checkpoint until the runner, having seen the active driver end, writes the
+    go file (the attempt to run, as JSON). It leaves when asked (SIGTERM: the task's definition
+    changed, or it is no longer needed) or when its runner is gone (its parent process changed)."""
+
+    POLL_SECS = 0.05
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.go = Path(args.standby)
+        self.root, self.version, self.job, self.task = Path(args.root), int(args.deployment), args.job, args.task
+
+    def wait(self) -> dict[str, Any] | None:
+        """Warm up, then the attempt to run once the go file appears; None when released first."""
+        import signal
+        import threading
+        import time
+
+        from streamling.bundle.workspace import Workspace
+        from streamling.plugins.discovery import load_plugins
+        from streamling.plugins.host import check_configured_plugins
+        from streamling.runtime.planner import build_plan
+        from streamling.runtime.session import build_session
+
+        parent, released, started = os.getppid(), threading.Event(), time.monotonic()
+        signal.signal(signal.SIGTERM, lambda *_: released.set())
+        definition = _definition(Workspace(str(self.root)), self.version, self.job, self.task, {})
+        os.chdir(definition.cwd)
+        load_plugins(definition.settings.plugin.path)
+        check_configured_plugins(definition.settings)
+        plan = build_plan(definition.spec, definition.settings, dry_run=True)
+        spark = build_session(definition.settings, ui=not plan.bounded)
+        spark.range(1).count()  # the first job's one-time costs (executor, code generation) are paid now
+        Path(f"{self.go}.ready").write_text(str(os.getpid()))
+        log.info("warm standby for job '%s' task '%s' (deployment %d) ready in %.1fs: it runs nothing until the "
+                 "runner hands it an attempt", self.job, self.task, self.version, time.monotonic() - started)
+        while not self.go.exists():
+            if released.is_set() or os.getppid() != parent:
+                log.info("warm standby released (%s)", "asked to stop" if released.is_set() else "its runner is gone")
+                spark.stop()
+                return None
+            released.wait(self.POLL_SECS)
+        attempt = dict(json.loads(self.go.read_text()))
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the task's own handling takes over (execute)
+        log.info("warm standby takes over: run %s, attempt %s of task '%s' (deployment %s), %.1fs after it was ready",
+                 (attempt.get("context") and json.loads(attempt["context"]).get("run_id")), attempt["attempt"],
+                 self.task, attempt["deployment"], time.monotonic() - started)
+        return attempt
+
+
 def _one_line(exc: StreamlingError) -> str:
     """The error as the run record shows it: each problem of a validation error, on one line."""
     if isinstance(exc, ValidationError):
@@ -568,23 +622,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exit-file")
     p.add_argument("--attempt", type=int, help="the attempt's id in the run store (heartbeat and fencing)")
     p.add_argument("--context", help="the attempt's run context as JSON (fills in {{job.run_id}} and the like)")
+    p.add_argument("--standby", help="start warm and wait for this file: it names the attempt to run (see Standby)")
     args = p.parse_args(argv)
     from streamling.cli import STATS_FILE_ENV, setup_logging
-    from streamling.util import free_port
-
-    if args.exit_file:
-        # The run's figures next to its log (``bundle runs`` / ``summary`` show them), and an admin API
-        # on a port of its own: several drivers run side by side (set admin_api_port to pin one).
-        os.environ[STATS_FILE_ENV] = args.exit_file.removesuffix(".exit") + ".stats.json"
-        os.environ.setdefault("STREAMLING__ADMIN_API_PORT", str(free_port()))
-
     from streamling.secrets import SECRETS_DIR_ENV, RedactingStream
+    from streamling.util import free_port
 
     # What the task prints or logs never shows a secret it read (dbutils.secrets), as on Databricks.
     sys.stdout = RedactingStream(sys.stdout)  # type: ignore[assignment]
     sys.stderr = RedactingStream(sys.stderr)  # type: ignore[assignment]
     os.environ[SECRETS_DIR_ENV] = str(Path(args.root) / "secrets")
     setup_logging(os.environ.get("STREAMLING__LOG_FORMAT", "text"), debug=False)
+    if args.standby:
+        try:
+            attempt = Standby(args).wait()
+        except Exception:  # noqa: BLE001 - a standby that cannot start is replaced; its log says why
+            log.exception("the warm standby driver could not start")
+            return 2
+        if attempt is None:
+            return 0
+        args.deployment, args.params, args.exit_file = attempt["deployment"], attempt["params"], attempt["exit_file"]
+        args.attempt, args.context = attempt["attempt"], attempt["context"]
+    if args.exit_file:
+        # The run's figures next to its log (``bundle runs`` / ``summary`` show them), and an admin API
+        # on a port of its own: several drivers run side by side (set admin_api_port to pin one).
+        os.environ[STATS_FILE_ENV] = args.exit_file.removesuffix(".exit") + ".stats.json"
+        os.environ.setdefault("STREAMLING__ADMIN_API_PORT", str(free_port()))
     code = 2
     try:
         if args.attempt is not None:

@@ -27,6 +27,7 @@ stops supervising before the lease can pass to another, so two never act at once
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import logging
@@ -112,6 +113,30 @@ def _exit_file_code(log_path: Path) -> int | None:
         return None
 
 
+@dataclass
+class Standby:
+    """A warm driver waiting to replace a task's active one (see ``bundle.driver.Standby``)."""
+
+    job_key: str
+    task_key: str
+    fingerprint: str  #: the task definition it was warmed for: another one needs another JVM
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    go_file: Path
+    started: float
+
+    @property
+    def ready(self) -> bool:
+        return Path(f"{self.go_file}.ready").exists()
+
+    def release(self) -> None:
+        """Ask it to leave (it stops its SparkSession and exits); reaped by ``_keep_standbys``."""
+        try:
+            self.proc.send_signal(signal.SIGTERM)
+        except OSError:
+            pass
+
+
 def host_name() -> str:
     """This host's name as runs record it (``STREAMLING_HOST`` overrides the OS host name)."""
     return os.environ.get("STREAMLING_HOST") or socket.gethostname()
@@ -138,6 +163,9 @@ class Runner:
         #: set to end the wait between ticks early: a driver exited (SIGCHLD) or the runner stops
         self._wake = threading.Event()
         self._idle_since: float | None = None
+        self.standbys: dict[tuple[str, str], Standby] = {}
+        self._released: list[Standby] = []  # asked to leave, not reaped yet
+        self._standby_retry: dict[tuple[str, str], tuple[int, float]] = {}  # failures, not before
 
     # --- main loop --------------------------------------------------------------------------------
 
@@ -170,6 +198,8 @@ class Runner:
                 self._wake.wait(TICK_SECS)
                 self._wake.clear()
         finally:
+            for standby in self.standbys.values():
+                standby.release()
             self.store.close()
 
     def stop(self) -> None:
@@ -229,6 +259,7 @@ class Runner:
         self._fire_triggers(now)
         self._reap(now)
         self._advance_runs(now)
+        self._keep_standbys(now)
 
     def _idle(self) -> bool:
         busy = bool(self.attempts) or bool(self.store.runs(active_only=True, limit=1)) \
@@ -481,9 +512,23 @@ class Runner:
                "--deployment", str(self.version), "--job", job_key, "--task", task_key,
                "--params", json.dumps(params), "--exit-file", f"{log_path}.exit", "--attempt", str(attempt_id),
                "--context", json.dumps(context)]
-        with open(log_path, "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=str(self.ws.root))
+        standby = self._take_standby(job_key, task_key, record) if not launcher else None
+        if standby is not None:
+            # Its log becomes the attempt's (the process keeps writing to the same file), then the go
+            # file hands it the attempt: it runs exactly what the command below would.
+            standby.log_path.rename(log_path)
+            go = {"deployment": self.version, "params": json.dumps(params), "exit_file": f"{log_path}.exit",
+                  "attempt": attempt_id, "context": json.dumps(context)}
+            tmp = standby.go_file.with_name(standby.go_file.name + ".tmp")
+            tmp.write_text(json.dumps(go))
+            tmp.replace(standby.go_file)
+            proc = standby.proc
+            log.info("run %d task '%s': its warm standby driver (pid %d, ready for %.0fs) takes over", run_id,
+                     task_key, proc.pid, time.time() - standby.started)
+        else:
+            with open(log_path, "ab") as out:
+                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True, cwd=str(self.ws.root))
         self.store.set_attempt(attempt_id, pid=proc.pid)
         self.store.set_task(run_id, task_key, state="running", attempts=number, started_at=time.time(),
                             retry_at=None)
@@ -492,6 +537,74 @@ class Runner:
                                             log_path, time.time(), proc)
         log.info("run %d task '%s' attempt %d started (pid %d, deployment %d)", run_id, task_key, number, proc.pid,
                  self.version)
+
+    # --- warm standby drivers -----------------------------------------------------------------------
+
+    def _standby_wanted(self, job_key: str, record: dict[str, Any]) -> bool:
+        """A continuous job's pipeline task gets a warm standby when ``job_runner.standby`` says so
+        (``auto``: on a production-mode target; off in development, where a second JVM per job
+        costs memory on a laptop and a restart's delay matters less)."""
+        deployment = self.deployment or {}
+        job = deployment.get("jobs", {}).get(job_key) or {}
+        if not _unpaused(job.get("continuous")) or record.get("kind") != "notebook" or record.get("executes"):
+            return False
+        wanted = ((deployment.get("config") or {}).get("job_runner") or {}).get("standby", "auto")
+        if wanted == "auto":
+            return deployment.get("mode") == "production"
+        return bool(wanted)
+
+    def _keep_standbys(self, now: float) -> None:
+        """A ready standby for each task that wants one once its first driver runs; kept while the
+        deployed definition is the one it was warmed for (it is needed exactly when that driver has
+        ended), replaced when it changes or dies."""
+        eligible: dict[tuple[str, str], dict[str, Any]] = {}
+        for job_key, job in ((self.deployment or {}).get("jobs") or {}).items():
+            for record in job.get("tasks") or []:
+                if self._standby_wanted(job_key, record):
+                    eligible[(job_key, str(record["task_key"]))] = record
+        running = {(a.job_key, a.task_key) for a in self.attempts.values() if not a.remote and a.stopping is None}
+        for key, standby in list(self.standbys.items()):
+            code = standby.proc.poll()
+            if code is not None:
+                del self.standbys[key]
+                failures = self._standby_retry.get(key, (0, 0.0))[0] + 1
+                self._standby_retry[key] = (failures, now + min(300.0, 5.0 * 2 ** (failures - 1)))
+                log.warning("job '%s' task '%s': its warm standby driver exited (code %s) before it was needed; see "
+                            "%s", key[0], key[1], code, standby.log_path)
+            elif key not in eligible or eligible[key]["fingerprint"] != standby.fingerprint:
+                del self.standbys[key]
+                standby.release()
+                self._released.append(standby)
+        self._released = [s for s in self._released if s.proc.poll() is None]
+        for key, record in eligible.items():
+            if key in running and key not in self.standbys and now >= self._standby_retry.get(key, (0, 0.0))[1]:
+                self.standbys[key] = self._start_standby(key[0], key[1], record)
+
+    def _start_standby(self, job_key: str, task_key: str, record: dict[str, Any]) -> Standby:
+        assert self.version is not None
+        folder = self.ws.logs / "standby"
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = f"{job_key}.{task_key}.{time.time_ns()}"
+        log_path, go_file = folder / f"{stem}.log", folder / f"{stem}.go"
+        python = record.get("python") or sys.executable
+        cmd = [python, "-m", "streamling.bundle.driver", "--root", str(self.ws.root), "--deployment",
+               str(self.version), "--job", job_key, "--task", task_key, "--standby", str(go_file)]
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=str(self.ws.root))
+        log.info("job '%s' task '%s': warm standby driver started (pid %d, deployment %d)", job_key, task_key,
+                 proc.pid, self.version)
+        return Standby(job_key, task_key, str(record["fingerprint"]), proc, log_path, go_file, time.time())
+
+    def _take_standby(self, job_key: str, task_key: str, record: dict[str, Any]) -> Standby | None:
+        """The task's standby when it is ready for this definition (else it starts cold)."""
+        standby = self.standbys.get((job_key, task_key))
+        if standby is None or not standby.ready or standby.proc.poll() is not None \
+                or standby.fingerprint != record.get("fingerprint"):
+            return None
+        del self.standbys[(job_key, task_key)]
+        self._standby_retry.pop((job_key, task_key), None)
+        return standby
 
     def _push_log(self, attempt: Attempt) -> None:
         """An ended attempt's log to the object-store root (off the supervision loop: a slow store
@@ -529,6 +642,11 @@ class Runner:
             if code is None:
                 continue
             del self.attempts[attempt.id]
+            if code < 0 and not attempt.remote:
+                # A killed driver's JVM may outlive it for a moment: it must not write an epoch while the
+                # task's next driver (a warm standby, within a second) resumes the same checkpoint.
+                with contextlib.suppress(OSError):
+                    os.killpg(attempt.pid, signal.SIGKILL)
             self._attempt_ended(attempt, code, now)
 
     def _check_timeouts(self, attempt: Attempt, now: float) -> None:

@@ -123,6 +123,9 @@ class JobRunnerSettings(_Section):
     store: Literal["sqlite", "postgres"] = "sqlite"
     postgres: JobRunnerPostgresSettings = Field(default_factory=JobRunnerPostgresSettings)
     lease_secs: float = Field(default=10, ge=2, le=600)
+    #: a warm standby driver per running task of a continuous job, so a dead driver is replaced in
+    #: seconds (``auto``: on production-mode targets; it costs one idle driver JVM per such task)
+    standby: bool | Literal["auto"] = "auto"
 
 
 class PostgresSinkSettings(PostgresConnection):

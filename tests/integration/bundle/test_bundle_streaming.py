@@ -88,6 +88,15 @@ def _ids(pg: Any, table: str) -> list[tuple[int, str]]:
         return []
 
 
+def _ready_standby(workspace: Path, deployment: int) -> int | None:
+    """The pid of the warm standby driver that is ready for ``deployment``, if there is one."""
+    for log in (workspace / "logs" / "standby").glob("*.log"):
+        ready = log.with_suffix(".go.ready")
+        if ready.exists() and f"(deployment {deployment}) ready in" in log.read_text():
+            return int(ready.read_text())
+    return None
+
+
 def _complete(rows: list[tuple[int, str]]) -> bool:
     """Every id from 0 to the largest, once: the generator's rows arrived without a gap."""
     return bool(rows) and [i for i, _ in rows] == list(range(rows[-1][0] + 1))
@@ -158,14 +167,23 @@ def test_continuous_notebook_job_swaps_in_its_driver_relaunches_for_spark_conf_a
     rows = _ids(pg, unique_name)
     assert _complete(rows), "ids missing across the relaunch"
 
-    # SIGKILL the driver: the runner restarts it from its checkpoint without anyone acting.
-    before = rows[-1][0]
+    # A production target keeps a warm standby driver for the running task, built for deployment 4's
+    # definition (the one for the earlier Spark conf was replaced): it runs nothing while it waits.
+    standby = wait_for(lambda: _ready_standby(root.parent / "root", 4), 240, "the warm standby of deployment 4")
+    assert len(attempts(root, env)) == 2
+
+    # SIGKILL the driver: the runner restarts the task from its checkpoint without anyone acting, in
+    # the warm standby (its JVM and SparkSession already up).
+    before = _ids(pg, unique_name)[-1][0]
     killed_at = time.monotonic()
     os.killpg(moved[-1]["pid"], signal.SIGKILL)
+    wait_for(lambda: (r := _ids(pg, unique_name)) and r[-1][0] > before, 180, "rows after the restart")
+    print(f"driver killed → next row: {time.monotonic() - killed_at:.1f}s")
     wait_for(lambda: (r := _ids(pg, unique_name)) and r[-1][0] > before + 200, 180, "rows after the restart")
-    print(f"driver killed → 200 more rows: {time.monotonic() - killed_at:.1f}s")
-    states = [a["state"] for a in attempts(root, env)]
-    assert states[:3] == ["redeployed", "failed", "running"], states
+    history = attempts(root, env)
+    assert [a["state"] for a in history][:3] == ["redeployed", "failed", "running"], history
+    assert history[2]["pid"] == standby and history[2]["deployment"] == 4
+    assert "warm standby takes over" in Path(history[2]["log_path"]).read_text()
     assert _complete(_ids(pg, unique_name)), "ids missing across the driver kill"
 
     # A reconfigured source cannot resume from this checkpoint: refused, nothing changes.
