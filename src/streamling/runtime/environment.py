@@ -103,7 +103,7 @@ for py in "${{STREAMLING_WORKER_PYTHON:-}}" python{minor} python3 python; do
     cache=${{STREAMLING_WORKER_CACHE:-${{TMPDIR:-/tmp}}/streamling-envs}}
     path=""
     for part in {parts}; do
-      [ -f "$cache/$part/.complete" ] || "$py" -I -S "$here/bin/{fetch}" "$cache" "$part" "$here/.." || exit 1
+      "$py" -I -S "$here/bin/{fetch}" "$cache" "$part" "$here/.." || exit 1  # fetched once, marked used each time
       path="$path${{path:+:}}$cache/$part"
     done
     PYTHONPATH="$path${{PYTHONPATH:+:$PYTHONPATH}}"

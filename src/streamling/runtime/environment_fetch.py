@@ -7,6 +7,11 @@ the executor's files folder, which holds ``streamling_env.url`` (where the drive
 One process per host fetches a part; the others wait on its lock and find it complete. The part
 lands under its final name only once whole, so a process killed half-way leaves nothing a later one
 would trust, and the next fetch of the part clears what it left.
+
+The launcher runs this each time it starts a Python, which marks the part used (under its lock).
+A new part makes room: of each kind, the ``KEEP`` most recently used parts stay, and so does any
+part a live process of this user still runs with (it is on that process's ``PYTHONPATH``); the
+others are removed, under their lock.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import urllib.request
 import zipfile
 
 MARKER = "streamling: worker host"
+#: parts of each kind (deps, code) a host keeps besides those in use
+KEEP = 3
 
 
 def fetch(cache: str, part: str, files: str) -> None:
@@ -28,6 +35,7 @@ def fetch(cache: str, part: str, files: str) -> None:
     with open(dest + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.path.exists(os.path.join(dest, ".complete")):
+            os.utime(os.path.join(dest, ".complete"))  # used now: the most recent of its kind, kept
             return
         with open(os.path.join(files, "streamling_env.url")) as f:
             url = f.read().strip() + part + ".zip"
@@ -58,6 +66,51 @@ def fetch(cache: str, part: str, files: str) -> None:
         finally:
             if os.path.exists(archive):
                 os.remove(archive)
+    prune(cache, part.split("-", 1)[0])
+
+
+def prune(cache: str, kind: str, keep: int = KEEP) -> list[str]:
+    """Remove the parts of ``kind`` beyond the ``keep`` most recently used that no live process
+    runs with; the names removed. Best effort: a part it cannot lock or remove stays."""
+    parts = []
+    for name in os.listdir(cache):
+        marker = os.path.join(cache, name, ".complete")
+        if name.startswith(kind + "-") and os.path.isfile(marker):
+            parts.append((os.path.getmtime(marker), name))
+    parts.sort(reverse=True)
+    in_use = _paths_in_use()
+    removed = []
+    for _, name in parts[keep:]:
+        folder = os.path.join(cache, name)
+        if folder in in_use:
+            continue
+        try:
+            with open(folder + ".lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a launcher fetching it now: leave it
+                os.remove(os.path.join(folder, ".complete"))  # no launcher trusts it from here on
+                shutil.rmtree(folder, ignore_errors=True)
+            os.remove(folder + ".lock")
+            removed.append(name)
+        except OSError:
+            continue
+    return removed
+
+
+def _paths_in_use() -> set[str]:
+    """Every ``PYTHONPATH`` entry of this user's live processes (what their imports may still read)."""
+    used: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:
+            continue
+        for entry in environ:
+            if entry.startswith(b"PYTHONPATH="):
+                used.update(os.fsdecode(entry[len(b"PYTHONPATH="):]).split(os.pathsep))
+    return used
 
 
 def main(argv: list[str]) -> int:
