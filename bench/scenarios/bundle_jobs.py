@@ -358,9 +358,8 @@ def kill_and_recover(bundle: Bundle, table: Table, standby: bool) -> dict[str, A
     out: dict[str, Any] = {}
     time.sleep(KILL_AFTER_SECS)
     if standby:
-        ready = _poll(lambda: next((bundle.root / "logs" / "standby").glob("*.go.ready"), None), WAIT_SECS,
-                      "the warm standby")
-        out["standby_rss_mb"] = _group_rss_mb(int(ready.read_text()))
+        ready = _poll(functools.partial(_ready_standby, bundle.root), WAIT_SECS, "the warm standby")
+        out["standby_rss_mb"] = _group_rss_mb(ready)
     [running] = [a for a in bundle.attempts() if a["state"] == "running"]
     killed = time.time()
     os.killpg(int(running["pid"]), signal.SIGKILL)
@@ -373,6 +372,19 @@ def kill_and_recover(bundle: Bundle, table: Table, standby: bool) -> dict[str, A
     if new:
         out["restart_launched_s"] = float(new[-1]["started_at"]) - killed
     return out
+
+
+def _ready_standby(root: Path) -> int | None:
+    """The pid of the warm standby that is ready for the live deployment, if any."""
+    version = (root / "current").read_text().strip()
+    for ready in (root / "logs" / "standby").glob("*.go.ready"):
+        try:
+            text = ready.with_name(ready.name.replace(".go.ready", ".log")).read_text()
+            if f"(deployment {version}) ready in" in text:
+                return int(ready.read_text())
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _group_rss_mb(pgid: int) -> float:

@@ -579,15 +579,31 @@ class Standby:
         from streamling.runtime.planner import build_plan
         from streamling.runtime.session import build_session
 
-        parent, released, started = os.getppid(), threading.Event(), time.monotonic()
-        signal.signal(signal.SIGTERM, lambda *_: released.set())
+        parent, released, ready, started = os.getppid(), threading.Event(), threading.Event(), time.monotonic()
+
+        def on_term(*_: Any) -> None:
+            if not ready.is_set():
+                os._exit(0)  # still warming up: nothing runs and nothing is owed (a JVM start may take long)
+            released.set()
+
+        def orphaned() -> None:  # the runner died while this warms up (a cluster may keep it waiting)
+            while not ready.wait(0.5):
+                if os.getppid() != parent:
+                    os._exit(0)
+
+        signal.signal(signal.SIGTERM, on_term)
+        threading.Thread(target=orphaned, name="streamling-standby-watch", daemon=True).start()
         definition = _definition(Workspace(str(self.root)), self.version, self.job, self.task, {})
         os.chdir(definition.cwd)
         load_plugins(definition.settings.plugin.path)
         check_configured_plugins(definition.settings)
         plan = build_plan(definition.spec, definition.settings, dry_run=True)
         spark = build_session(definition.settings, ui=not plan.bounded)
-        spark.range(1).count()  # the first job's one-time costs (executor, code generation) are paid now
+        if definition.settings.spark.master.startswith("local"):
+            # the first job's one-time costs (code generation, the executor's first task) paid now;
+            # on a cluster the executors are the active driver's until it dies: nothing to run on
+            spark.range(1).count()
+        ready.set()
         Path(f"{self.go}.ready").write_text(str(os.getpid()))
         log.info("warm standby for job '%s' task '%s' (deployment %d) ready in %.1fs: it runs nothing until the "
                  "runner hands it an attempt", self.job, self.task, self.version, time.monotonic() - started)

@@ -136,6 +136,11 @@ class Standby:
         except OSError:
             pass
 
+    def forget(self) -> None:
+        """Remove the files of a standby that left unused."""
+        for path in (self.log_path, Path(f"{self.go_file}.ready"), self.go_file):
+            path.unlink(missing_ok=True)
+
 
 def host_name() -> str:
     """This host's name as runs record it (``STREAMLING_HOST`` overrides the OS host name)."""
@@ -523,8 +528,9 @@ class Runner:
             tmp.write_text(json.dumps(go))
             tmp.replace(standby.go_file)
             proc = standby.proc
-            log.info("run %d task '%s': its warm standby driver (pid %d, ready for %.0fs) takes over", run_id,
-                     task_key, proc.pid, time.time() - standby.started)
+            log.info("run %d task '%s': its warm standby driver (pid %d, started %.0fs ago, %s) takes over",
+                     run_id, task_key, proc.pid, time.time() - standby.started,
+                     "ready" if standby.ready else "still warming up")
         else:
             with open(log_path, "ab") as out:
                 proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -567,6 +573,7 @@ class Runner:
             code = standby.proc.poll()
             if code is not None:
                 del self.standbys[key]
+                Path(f"{standby.go_file}.ready").unlink(missing_ok=True)  # its log stays: it says why
                 failures = self._standby_retry.get(key, (0, 0.0))[0] + 1
                 self._standby_retry[key] = (failures, now + min(300.0, 5.0 * 2 ** (failures - 1)))
                 log.warning("job '%s' task '%s': its warm standby driver exited (code %s) before it was needed; see "
@@ -575,7 +582,9 @@ class Runner:
                 del self.standbys[key]
                 standby.release()
                 self._released.append(standby)
-        self._released = [s for s in self._released if s.proc.poll() is None]
+        for gone in [s for s in self._released if s.proc.poll() is not None]:
+            self._released.remove(gone)
+            gone.forget()
         for key, record in eligible.items():
             if key in running and key not in self.standbys and now >= self._standby_retry.get(key, (0, 0.0))[1]:
                 self.standbys[key] = self._start_standby(key[0], key[1], record)
@@ -597,10 +606,10 @@ class Runner:
         return Standby(job_key, task_key, str(record["fingerprint"]), proc, log_path, go_file, time.time())
 
     def _take_standby(self, job_key: str, task_key: str, record: dict[str, Any]) -> Standby | None:
-        """The task's standby when it is ready for this definition (else it starts cold)."""
+        """The task's standby for this definition, if it has one (else it starts cold). One still
+        warming up takes the attempt when it is ready: sooner than a cold driver started now."""
         standby = self.standbys.get((job_key, task_key))
-        if standby is None or not standby.ready or standby.proc.poll() is not None \
-                or standby.fingerprint != record.get("fingerprint"):
+        if standby is None or standby.proc.poll() is not None or standby.fingerprint != record.get("fingerprint"):
             return None
         del self.standbys[(job_key, task_key)]
         self._standby_retry.pop((job_key, task_key), None)
