@@ -324,8 +324,8 @@ def cmd_destroy(args: argparse.Namespace) -> int:
     active = store.runs(active_only=True, limit=1000)
     if active:
         ensure_runner(ws, store=store)
-        for run in active:
-            _wait_request(ws, store, store.request("cancel", run_id=run.id))
+        # one request: the runner cancels every run and starts none after (a continuous job's next run)
+        _wait_request(ws, store, store.request("drain"))
         deadline = time.monotonic() + 60
         while store.runs(active_only=True, limit=1) and time.monotonic() < deadline:
             time.sleep(0.2)

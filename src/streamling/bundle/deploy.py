@@ -290,9 +290,11 @@ def bundle_files(root: Path) -> list[Path]:
 def files_digest(bundle: Bundle) -> str:
     """The bundle's files (names and contents): a deploy that changed only a helper module or a data
     file is a new version, not "up to date" (its tasks' definitions are unchanged, so runs go on)."""
+    from streamling.bundle.environments import file_digest
+
     digest = hashlib.sha256()
-    for path in bundle_files(bundle.root):
-        digest.update(str(path.relative_to(bundle.root)).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    for path in bundle_files(bundle.root):  # a wheel by its members: a rebuild of the same sources is no change
+        digest.update(str(path.relative_to(bundle.root)).encode() + b"\0" + file_digest(path))
     return digest.hexdigest()[:16]
 
 

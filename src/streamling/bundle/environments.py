@@ -86,7 +86,7 @@ def _resolve(requirements: list[str]) -> list[str]:
     return args
 
 
-def _file_digest(path: Path) -> bytes:
+def file_digest(path: Path) -> bytes:
     """A wheel's digest is its members' names and bytes: a rebuild of the same sources (new zip
     timestamps) keeps its environment and leaves running tasks alone."""
     if path.suffix != ".whl":
@@ -111,7 +111,7 @@ def _key(args: list[str]) -> str:
         is_file = arg.startswith("/") and Path(arg).is_file()
         digest.update(b"\0" + (Path(arg).name if is_file else arg).encode())
         if is_file:
-            digest.update(_file_digest(Path(arg)))
+            digest.update(file_digest(Path(arg)))
     return digest.hexdigest()[:16]
 
 

@@ -106,6 +106,15 @@ class Attempt:
         return self.proc.returncode if self.proc is not None else -9
 
 
+def _committed(log_path: Path) -> bool:
+    """Whether an attempt's driver has committed an epoch (its figures file says so)."""
+    try:
+        figures = json.loads(Path(f"{log_path}.stats.json").read_text())
+        return int(figures["checkpoint"]["epochs_succeeded"]) > 0
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def _exit_file_code(log_path: Path) -> int | None:
     try:
         return int(Path(f"{log_path}.exit").read_text().strip())
@@ -168,6 +177,7 @@ class Runner:
         #: set to end the wait between ticks early: a driver exited (SIGCHLD) or the runner stops
         self._wake = threading.Event()
         self._idle_since: float | None = None
+        self._draining = False  #: the target is being destroyed: no run starts any more
         self.standbys: dict[tuple[str, str], Standby] = {}
         self._released: list[Standby] = []  # asked to leave, not reaped yet
         self._standby_retry: dict[tuple[str, str], tuple[int, float]] = {}  # failures, not before
@@ -388,13 +398,27 @@ class Runner:
                 self.stop()
                 return
             if kind == "run":
-                if self.deployment is None or job_key not in self.deployment["jobs"]:
+                if self._draining:
+                    result = {"error": "the target is being destroyed"}
+                elif self.deployment is None or job_key not in self.deployment["jobs"]:
                     result = {"error": f"job '{job_key}' is not deployed"}
                 else:
                     run_id = self._create_run(job_key, "manual", json.loads(req["params"]))
                     result = {"run_id": run_id}
             elif kind == "cancel":
                 result = {"cancelled": self._cancel_run(int(req["run_id"]), "cancelled by request")}
+            elif kind == "drain":
+                # ``bundle destroy``: nothing starts from now on (a continuous job would start its next
+                # run after the cancel, under a root about to be deleted); every active run is cancelled
+                self._draining = True
+                ids = [r.id for r in self.store.runs(active_only=True, limit=1000)]
+                for run_id in ids:
+                    self._cancel_run(run_id, "cancelled: the target is being destroyed")
+                for standby in self.standbys.values():
+                    standby.release()
+                    self._released.append(standby)
+                self.standbys.clear()
+                result = {"cancelled": ids}
             elif kind == "cancel_job":
                 ids = [r.id for r in self.store.runs(job_key, active_only=True, limit=1000)]
                 for run_id in ids:
@@ -434,7 +458,7 @@ class Runner:
     # --- schedules, periodic triggers, continuous jobs ----------------------------------------------
 
     def _fire_triggers(self, now: float) -> None:
-        if self.deployment is None:
+        if self.deployment is None or self._draining:
             return
         deployed_at = float(self.deployment["created_at"])
         for key, job in self.deployment["jobs"].items():
@@ -548,15 +572,18 @@ class Runner:
 
     def _standby_wanted(self, job_key: str, record: dict[str, Any]) -> bool:
         """A continuous job's pipeline task gets a warm standby when ``job_runner.standby`` says so
-        (``auto``: on a production-mode target; off in development, where a second JVM per job
-        costs memory on a laptop and a restart's delay matters less)."""
+        (``auto``: on a production-mode target with a local master; off in development, where a
+        second JVM per job costs memory on a laptop and a restart's delay matters less, and on a
+        cluster, where a waiting standby is an application holding any executors it is given)."""
         deployment = self.deployment or {}
         job = deployment.get("jobs", {}).get(job_key) or {}
         if not _unpaused(job.get("continuous")) or record.get("kind") != "notebook" or record.get("executes"):
             return False
-        wanted = ((deployment.get("config") or {}).get("job_runner") or {}).get("standby", "auto")
-        if wanted == "auto":
-            return deployment.get("mode") == "production"
+        config = deployment.get("config") or {}
+        wanted = (config.get("job_runner") or {}).get("standby", "auto")
+        if wanted == "auto":  # on a cluster the standby is an application of its own (see README)
+            master = str((config.get("spark") or {}).get("master") or "local[*]")
+            return deployment.get("mode") == "production" and master.startswith("local")
         return bool(wanted)
 
     def _keep_standbys(self, now: float) -> None:
@@ -568,7 +595,10 @@ class Runner:
             for record in job.get("tasks") or []:
                 if self._standby_wanted(job_key, record):
                     eligible[(job_key, str(record["task_key"]))] = record
-        running = {(a.job_key, a.task_key) for a in self.attempts.values() if not a.remote and a.stopping is None}
+        # once the task's driver has committed an epoch: a standby started beside a cold driver would
+        # slow its start (and, on a cluster, could take the executors it waits for)
+        running = {(a.job_key, a.task_key) for a in self.attempts.values()
+                   if not a.remote and a.stopping is None and _committed(a.log_path)}
         for key, standby in list(self.standbys.items()):
             code = standby.proc.poll()
             if code is not None:
@@ -586,7 +616,9 @@ class Runner:
             self._released.remove(gone)
             gone.forget()
         for key, record in eligible.items():
-            if key in running and key not in self.standbys and now >= self._standby_retry.get(key, (0, 0.0))[1]:
+            if self._draining or key not in running or key in self.standbys:
+                continue
+            if now >= self._standby_retry.get(key, (0, 0.0))[1]:
                 self.standbys[key] = self._start_standby(key[0], key[1], record)
 
     def _start_standby(self, job_key: str, task_key: str, record: dict[str, Any]) -> Standby:

@@ -124,7 +124,7 @@ class JobRunnerSettings(_Section):
     postgres: JobRunnerPostgresSettings = Field(default_factory=JobRunnerPostgresSettings)
     lease_secs: float = Field(default=10, ge=2, le=600)
     #: a warm standby driver per running task of a continuous job, so a dead driver is replaced in
-    #: seconds (``auto``: on production-mode targets; it costs one idle driver JVM per such task)
+    #: seconds (``auto``: production-mode targets on a local master; it costs one idle driver per such task)
     standby: bool | Literal["auto"] = "auto"
 
 

@@ -97,6 +97,19 @@ def _ready_standby(workspace: Path, deployment: int) -> int | None:
     return None
 
 
+def _drivers_of(workspace: Path) -> list[int]:
+    """Processes of this machine running a driver (or standby) of the target at ``workspace``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"streamling.bundle.driver" in args and str(workspace).encode() in args:
+            found.append(int(cmdline.parent.name))
+    return found
+
+
 def _complete(rows: list[tuple[int, str]]) -> bool:
     """Every id from 0 to the largest, once: the generator's rows arrived without a gap."""
     return bool(rows) and [i for i, _ in rows] == list(range(rows[-1][0] + 1))
@@ -197,3 +210,8 @@ def test_continuous_notebook_job_swaps_in_its_driver_relaunches_for_spark_conf_a
         "StreamlingMagics.application_id = 'redeploy_check_v2'); it then reads its sources from their starting "
         "offsets")
     assert json.loads(bundle(root, env, "summary", "-o", "json").stdout)["deployment"]["version"] == 4
+
+    # destroy stops the job and its standby, and no next run of the continuous job starts behind it
+    destroyed = bundle(root, env, "destroy", "--auto-approve")
+    assert destroyed.returncode == 0, destroyed.stderr
+    wait_for(lambda: not _drivers_of(root.parent / "root"), 60, "every driver of the target to exit")
