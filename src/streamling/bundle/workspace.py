@@ -101,6 +101,7 @@ class Workspace:
         settings of ``spark_conf``), or a mirror's folder (runners and drivers are given those)."""
         self.uri: str | None = None
         self.remote: storage.ObjectStorage | None = None
+        self._unreachable = False  #: the object store did not answer the last time
         if storage.is_local(root_path):
             self.root = local_root(root_path)
             try:
@@ -248,9 +249,14 @@ class Workspace:
         except FileNotFoundError:
             return local
         except (StreamlingError, ValueError) as exc:
-            log.warning("cannot read the live version of %s (%s); going on with deployment %s", self.uri,
-                        exc.headline() if isinstance(exc, StreamlingError) else exc, local)
+            if not self._unreachable:  # once per outage: a runner asks every tick
+                log.warning("cannot read the live version of %s (%s); going on with deployment %s", self.uri,
+                            exc.headline() if isinstance(exc, StreamlingError) else exc, local)
+            self._unreachable = True
             return local
+        if self._unreachable:
+            log.info("%s is reachable again", self.uri)
+            self._unreachable = False
         if version != local:
             self._fetch(version)
             self._sync_files(version)
