@@ -359,7 +359,9 @@ def kill_and_recover(bundle: Bundle, table: Table, standby: bool) -> dict[str, A
     time.sleep(KILL_AFTER_SECS)
     if standby:
         ready = _poll(functools.partial(_ready_standby, bundle.root), WAIT_SECS, "the warm standby")
-        out["standby_rss_mb"] = _group_rss_mb(ready)
+        from streamling.bundle.runner import group_rss_mb
+
+        out["standby_rss_mb"] = group_rss_mb(ready)
     [running] = [a for a in bundle.attempts() if a["state"] == "running"]
     killed = time.time()
     os.killpg(int(running["pid"]), signal.SIGKILL)
@@ -385,21 +387,6 @@ def _ready_standby(root: Path) -> int | None:
         except (OSError, ValueError):
             continue
     return None
-
-
-def _group_rss_mb(pgid: int) -> float:
-    """Resident memory of every process of group ``pgid`` (a driver: Python and its JVM), in MB."""
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) != pgid:  # pgrp: the 5th field, the 3rd after the command
-                continue
-            status = (stat.parent / "status").read_text()
-        except (OSError, IndexError, ValueError):
-            continue
-        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-    return total / 1024
 
 
 def continuous_run(master: str, conninfo: str, cluster_ui: str | None, kill: bool = True,

@@ -221,6 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_summary(args: argparse.Namespace) -> int:
     from streamling.bundle.deploy import build
+    from streamling.bundle.runner import standby_state
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
@@ -249,6 +250,9 @@ def cmd_summary(args: argparse.Namespace) -> int:
                      "on_redeploy": {t["task_key"]: "swaps in its driver" if t["kind"] == "notebook" and
                                      not t.get("executes") else "restarts its driver" for t in job["tasks"]
                                      if t["kind"] not in ("condition", "run_job", "for_each")},
+                     # a continuous job's warm standby drivers on this host (job_runner.standby)
+                     "standby": {t["task_key"]: state for t in job["tasks"]
+                                 if (state := standby_state(ws, key, t["task_key"])) is not None},
                      "working_copy": "not in the working copy" if key not in local else
                      "up to date" if local[key] == deployed else
                      "differs (" + ", ".join(sorted(t for t in set(local[key]) | set(deployed)
@@ -281,6 +285,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
              f"last run {str(last['id']) + ' ' + last['state'] + shown if last else '-'} · {info['working_copy']}")
         if info.get("on_redeploy"):
             _out("    on redeploy: " + ", ".join(f"{task} {what}" for task, what in info["on_redeploy"].items()))
+        if info.get("standby"):
+            _out("    warm standby: " + ", ".join(f"{task} {state}" for task, state in info["standby"].items()))
     return 0
 
 

@@ -151,6 +151,35 @@ class Standby:
             path.unlink(missing_ok=True)
 
 
+def standby_state(ws: Workspace, job_key: str, task_key: str) -> str | None:
+    """What ``bundle summary`` says of a task's warm standby on this host: ``ready (pid, memory)``,
+    ``warming up``, or None when it has none (its files are removed when it leaves)."""
+    for log_path in sorted((ws.logs / "standby").glob(f"{job_key}.{task_key}.*.log")):
+        ready = log_path.with_name(log_path.name.removesuffix(".log") + ".go.ready")
+        try:
+            pid = int(ready.read_text())
+        except (OSError, ValueError):
+            return "warming up"
+        if not process_alive(pid):
+            continue
+        return f"ready (pid {pid}, {group_rss_mb(pid):.0f} MB)"
+    return None
+
+
+def group_rss_mb(pgid: int) -> float:
+    """Resident memory of the processes of group ``pgid`` (a driver: its Python and its JVM), in MB."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            status = (stat.parent / "status").read_text()
+        except (OSError, IndexError, ValueError):
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total / 1024
+
+
 def host_name() -> str:
     """This host's name as runs record it (``STREAMLING_HOST`` overrides the OS host name)."""
     return os.environ.get("STREAMLING_HOST") or socket.gethostname()

@@ -184,6 +184,8 @@ def test_continuous_notebook_job_swaps_in_its_driver_relaunches_for_spark_conf_a
     # definition (the one for the earlier Spark conf was replaced): it runs nothing while it waits.
     standby = wait_for(lambda: _ready_standby(root.parent / "root", 4), 240, "the warm standby of deployment 4")
     assert len(attempts(root, env)) == 2
+    shown = json.loads(bundle(root, env, "summary", "-o", "json").stdout)["jobs"]["stream"]["standby"]
+    assert shown["main"].startswith(f"ready (pid {standby}, ") and shown["main"].endswith(" MB)"), shown
 
     # SIGKILL the driver: the runner restarts the task from its checkpoint without anyone acting, in
     # the warm standby (its JVM and SparkSession already up).
