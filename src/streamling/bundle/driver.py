@@ -615,10 +615,25 @@ class Standby:
             released.wait(self.POLL_SECS)
         attempt = dict(json.loads(self.go.read_text()))
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the task's own handling takes over (execute)
-        log.info("warm standby takes over: run %s, attempt %s of task '%s' (deployment %s), %.1fs after it was ready",
+        log.info("warm standby takes over: run %s, attempt %s of task '%s' (deployment %s), %.1fs after it started",
                  (attempt.get("context") and json.loads(attempt["context"]).get("run_id")), attempt["attempt"],
                  self.task, attempt["deployment"], time.monotonic() - started)
         return attempt
+
+
+def _pull_secrets(root: Path) -> None:
+    """An object-store root's secret scopes as they are now (put on any host), in the task's own
+    process rather than the runner's loop; an unreachable store leaves this host's copy."""
+    from streamling.bundle.workspace import Workspace
+
+    ws = Workspace(str(root))
+    if ws.remote is None:
+        return
+    try:
+        ws.pull_secrets()
+    except StreamlingError as exc:
+        log.warning("cannot read the secret scopes of %s (%s); the task reads this host's copy", ws.where,
+                    exc.headline())
 
 
 def _one_line(exc: StreamlingError) -> str:
@@ -659,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         args.deployment, args.params, args.exit_file = attempt["deployment"], attempt["params"], attempt["exit_file"]
         args.attempt, args.context = attempt["attempt"], attempt["context"]
+    _pull_secrets(Path(args.root))
     if args.exit_file:
         # The run's figures next to its log (``bundle runs`` / ``summary`` show them), and an admin API
         # on a port of its own: several drivers run side by side (set admin_api_port to pin one).

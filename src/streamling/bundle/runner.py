@@ -61,6 +61,9 @@ PERIOD_UNIT_SECS = {"MINUTES": 60, "HOURS": 3600, "DAYS": 86400, "WEEKS": 604800
 CONTINUOUS_BACKOFF_MAX_SECS = 300.0
 
 
+#: how often a runner looks for a new version on an object-store root
+REMOTE_POLL_SECS = 1.0
+
 #: the run parameters of a for-each iteration that hold its input and its index (not job parameters)
 ITERATION_INPUT = "__input"
 ITERATION_INDEX = "__iteration"
@@ -216,6 +219,9 @@ class Runner:
     def serve(self) -> None:
         if self.store.shared and not self._take_lease():
             return
+        if self.ws.remote is not None:
+            self.ws.current_version()  # the live version before the first tick
+            threading.Thread(target=self._follow_remote, name="streamling-follow-root", daemon=True).start()
         try:
             self._adopt()
             while not self._stop.is_set():
@@ -245,6 +251,14 @@ class Runner:
             for standby in self.standbys.values():
                 standby.release()
             self.store.close()
+
+    def _follow_remote(self) -> None:
+        """Fetch what an object-store root publishes into this host's mirror, off the supervision loop:
+        a slow or unreachable store delays a new version, never a lease renewal or a driver's restart."""
+        while not self._stop.wait(REMOTE_POLL_SECS):
+            before = self.ws.current_version(refresh=False)
+            if self.ws.current_version() != before:
+                self.wake()
 
     def stop(self) -> None:
         self._stop.set()
@@ -323,7 +337,7 @@ class Runner:
     # --- deployments ------------------------------------------------------------------------------
 
     def _load_deployment(self) -> None:
-        version = self.ws.current_version()
+        version = self.ws.current_version(refresh=False)  # an object-store root: see _follow_remote
         if version is None or version == self.version:
             return
         new = self._deployment(version)
@@ -560,12 +574,6 @@ class Runner:
                                         self.ws.files)
             launcher, python = [sys.executable, "-m", "streamling.bundle.environments", json.dumps(requirements),
                                 "--"], "python"
-        if self.ws.remote is not None:  # secrets put since the last task (on any host)
-            try:
-                self.ws.pull_secrets()
-            except StreamlingError as exc:
-                log.warning("run %d task '%s': cannot read the secret scopes of %s (%s); the task sees this "
-                            "host's copy", run_id, task_key, self.ws.where, exc.headline())
         cmd = [*launcher, python, "-m", "streamling.bundle.driver", "--root", str(self.ws.root),
                "--deployment", str(self.version), "--job", job_key, "--task", task_key,
                "--params", json.dumps(params), "--exit-file", f"{log_path}.exit", "--attempt", str(attempt_id),

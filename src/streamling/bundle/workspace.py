@@ -238,11 +238,13 @@ class Workspace:
     def deploy_lock(self) -> Path:
         return self.root / "deploy.lock"
 
-    def current_version(self) -> int | None:
+    def current_version(self, refresh: bool = True) -> int | None:
         """The live version; on an object-store root the store's, fetched into the mirror (with the
-        bundle's files) when it changed. An unreachable store leaves the mirror's (logged)."""
+        bundle's files) when it changed — unless ``refresh`` is False: the mirror's, with no call to
+        the store (the runner's loop, whose follower thread refreshes). An unreachable store leaves
+        the mirror's (logged once per outage)."""
         local = self._local_current()
-        if self.remote is None:
+        if self.remote is None or not refresh:
             return local
         try:
             version = int(self.remote.read_text(self._remote("current")).strip())

@@ -167,6 +167,22 @@ def test_a_bundle_root_on_s3_serves_every_host(project: tuple[Path, str, dict[st
              and any(value.encode() in _bytes(fs, k) for value in (s3["STREAMLING_TEST_S3_SECRET_KEY"], SECRET))]
     assert leaks == [] and any(k.endswith("/logs/run-1/main-1.log") for k in keys)
 
+    # The store goes away: a host that has the deployment keeps running its jobs from its mirror (the
+    # secret from its copy), the log stays on the host, and the runner says so instead of failing.
+    _stop_runner(pg, f"runs_{unique_name}")
+    cut_off = {**host_b, "STREAMLING__SPARK__CONF__spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:1"}
+    ran = bundle(root, cut_off, "run", "hello")
+    assert ran.returncode == 0, ran.stderr
+    cut_run = runs(root, cut_off, "hello")[-1]
+    assert cut_run["state"] == "succeeded" and cut_run["deployment"] == 2
+    log = bundle(root, cut_off, "logs", str(cut_run["run_id"])).stdout
+    assert "greeting: hello from version 2" in log and "token is [REDACTED]" in log
+    assert "cannot read the secret scopes of s3a://" in log  # the task's own warning, then the mirror's copy
+    mirror = next((tmp_path / "host-b").iterdir())
+    wait_for(lambda: "stays on this host" in (mirror / "runner.log").read_text(), 30, "the runner's warning")
+    assert "Traceback" not in (mirror / "runner.log").read_text()
+    _stop_runner(pg, f"runs_{unique_name}")
+
     # Wrong credentials: terminal, masked, names the setting; nothing changes.
     bad = bundle(root, {**host_a, "STREAMLING__SPARK__CONF__spark.hadoop.fs.s3a.secret.key": "wrong-key"}, "deploy")
     assert bad.returncode == 1 and "spark.hadoop.fs.s3a.secret.key" in bad.stderr and "wrong-key" not in bad.stderr
