@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from streamling.errors import StreamlingError
+from streamling.util import write_private
 
 SECRETS_DIR_ENV = "STREAMLING_SECRETS_DIR"
 REDACTED = "[REDACTED]"
@@ -56,12 +57,7 @@ class SecretStore:
     def _write(self, scope: str, values: dict[str, str]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         os.chmod(self.folder, 0o700)
-        path = self._scope_file(scope)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(values, handle)
-        tmp.replace(path)
+        write_private(self._scope_file(scope), json.dumps(values))
 
     def _known(self) -> str:
         scopes = self.scopes()

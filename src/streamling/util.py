@@ -6,6 +6,7 @@ import datetime as dt
 import decimal
 import difflib
 import math
+import os
 import re
 import socket
 from pathlib import Path
@@ -80,3 +81,15 @@ def json_safe(value: Any, depth: int = 0) -> Any:
     if depth < 6 and isinstance(value, list | tuple | set | frozenset):
         return [json_safe(v, depth + 1) for v in value]
     return str(value)[:_MAX_TEXT]
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` readable by its owner only (0600), atomically: a reader sees the
+    old file or the new one, never a part (secret scopes, a store's credentials)."""
+    import threading
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    tmp.replace(path)

@@ -44,6 +44,7 @@ from urllib.parse import urlparse
 
 from streamling import storage
 from streamling.errors import StreamlingError
+from streamling.util import write_private
 
 if TYPE_CHECKING:
     from streamling.bundle.model import Target
@@ -119,7 +120,7 @@ class Workspace:
         self.root = mirror_dir(self.uri)
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)  # the link holds the store's credentials, as ~/.aws/credentials does
-        _write_private(self.root / REMOTE_LINK, json.dumps({"uri": self.uri, "conf": conf}, indent=2))
+        write_private(self.root / REMOTE_LINK, json.dumps({"uri": self.uri, "conf": conf}, indent=2))
 
     @classmethod
     def for_target(cls, target: Target) -> Workspace:
@@ -179,7 +180,7 @@ class Workspace:
                 except FileNotFoundError:
                     pass
                 else:
-                    _write_private(self.store_config, json.dumps(recorded, indent=2) + "\n")
+                    write_private(self.store_config, json.dumps(recorded, indent=2) + "\n")
         return JobRunnerSettings.model_validate(deep_merge(recorded, env_overrides(os.environ).get("job_runner", {})))
 
     def open_store(self) -> Store:
@@ -216,7 +217,7 @@ class Workspace:
         if recorded != wanted:
             if self.remote is not None:
                 self.remote.write_text(self._remote("store.json"), json.dumps(wanted, indent=2) + "\n")
-            _write_private(self.store_config, json.dumps(wanted, indent=2) + "\n")
+            write_private(self.store_config, json.dumps(wanted, indent=2) + "\n")
 
     @property
     def logs(self) -> Path:
@@ -348,7 +349,7 @@ class Workspace:
         for name in names:
             self.secrets.mkdir(parents=True, exist_ok=True)
             os.chmod(self.secrets, 0o700)
-            _write_private(self.secrets / name, self.remote.read_text(self._remote("secrets", name)))
+            write_private(self.secrets / name, self.remote.read_text(self._remote("secrets", name)))
         if self.secrets.is_dir():
             for gone in {p.name for p in self.secrets.glob("*.json")} - set(names):
                 (self.secrets / gone).unlink(missing_ok=True)
@@ -453,11 +454,3 @@ def _store_name(recorded: dict[str, Any]) -> str:
                 f"(schema {pg.get('schema_name')})")
     return "runs.db (SQLite)"
 
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``path`` readable by its owner only, atomically."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    tmp.replace(path)
