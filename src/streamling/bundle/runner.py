@@ -86,6 +86,7 @@ class Attempt:
     stop_note: str | None = None  # why a redeploy restarts the driver rather than swapping in it
     swap_to: int | None = None  # the deployment its driver was asked to swap in, until it answers
     remote: bool = False  # its driver runs on another host (fenced by this runner at takeover)
+    committed: bool = False  # its driver has committed an epoch (read from its figures until it has)
 
     def exit_code(self, heartbeat_age: float | None = None, lease_secs: float = 0.0) -> int | None:
         """The driver's exit code once it ended (None while it runs).
@@ -634,8 +635,12 @@ class Runner:
                     eligible[(job_key, str(record["task_key"]))] = record
         # once the task's driver has committed an epoch: a standby started beside a cold driver would
         # slow its start (and, on a cluster, could take the executors it waits for)
-        running = {(a.job_key, a.task_key) for a in self.attempts.values()
-                   if not a.remote and a.stopping is None and _committed(a.log_path)}
+        running: set[tuple[str, str]] = set()
+        for a in self.attempts.values():
+            if (a.job_key, a.task_key) in eligible and not a.remote and a.stopping is None:
+                a.committed = a.committed or _committed(a.log_path)
+                if a.committed:
+                    running.add((a.job_key, a.task_key))
         for key, standby in list(self.standbys.items()):
             code = standby.proc.poll()
             if code is not None:
