@@ -1,0 +1,88 @@
+"""The runner's warm standby drivers when things go wrong, without a JVM: a standby that dies
+before it is needed is dropped with a warning pointing at its log and retried only after a back-off
+(the task restarts cold meanwhile), and one warmed for a definition that changed is released and
+leaves no files behind."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from streamling.bundle.runner import Attempt, Runner, Standby
+
+RECORD = {"task_key": "main", "kind": "notebook", "fingerprint": "f1"}
+
+
+def _runner(tmp_path: Path) -> Runner:
+    runner = Runner(tmp_path / "root")
+    runner.version = 1
+    runner.deployment = {"version": 1, "mode": "production", "config": {"spark": {"master": "local[2]"}},
+                         "jobs": {"stream": {"continuous": {"pause_status": "UNPAUSED"}, "tasks": [dict(RECORD)]}}}
+    attempt = Attempt(1, 1, "stream", "main", 1, 1, 0, tmp_path / "main-1.log", time.time(), committed=True)
+    runner.attempts[attempt.id] = attempt
+    return runner
+
+
+def _fake(runner: Runner, tmp_path: Path, command: str) -> list[Standby]:
+    started: list[Standby] = []
+
+    def start(job_key: str, task_key: str, record: dict[str, object]) -> Standby:
+        go = tmp_path / f"standby-{len(started)}.go"
+        log_path = tmp_path / f"standby-{len(started)}.log"
+        log_path.write_text("warming up\n")
+        standby = Standby(job_key, task_key, str(record["fingerprint"]),
+                          subprocess.Popen(["sh", "-c", command]), log_path, go, time.time())
+        started.append(standby)
+        return standby
+
+    runner._start_standby = start  # type: ignore[method-assign]
+    return started
+
+
+def test_a_standby_that_dies_is_dropped_and_retried_after_a_back_off(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    runner = _runner(tmp_path)
+    started = _fake(runner, tmp_path, "exit 3")
+    now = time.time()
+    runner._keep_standbys(now)
+    assert len(started) == 1
+    started[0].proc.wait()
+    assert runner._take_standby("stream", "main", RECORD) is None  # dead: the task starts cold
+    with caplog.at_level(logging.WARNING, logger="streamling.bundle.runner"):
+        runner._keep_standbys(now + 0.1)
+    assert "its warm standby driver exited (code 3) before it was needed; see" in caplog.text
+    assert str(started[0].log_path) in caplog.text and started[0].log_path.exists()  # its log says why
+    assert runner.standbys == {}
+    runner._keep_standbys(now + 2)
+    assert len(started) == 1  # not again before the back-off
+    runner._keep_standbys(now + 6)
+    assert len(started) == 2
+    runner.store.close()
+
+
+def test_a_standby_for_a_changed_definition_is_released_and_forgotten(tmp_path: Path) -> None:
+    runner = _runner(tmp_path)
+    started = _fake(runner, tmp_path, "exec sleep 30")
+    runner._keep_standbys(time.time())
+    [old] = started
+    runner.deployment["jobs"]["stream"]["tasks"][0]["fingerprint"] = "f2"  # type: ignore[index]
+    runner._keep_standbys(time.time())
+    assert runner.standbys["stream", "main"].fingerprint == "f2" and len(started) == 2
+    assert old.proc.wait(timeout=10) == -signal.SIGTERM  # asked to leave
+    runner._keep_standbys(time.time())
+    assert not old.log_path.exists()  # a standby that left unused leaves no files
+    # a draining runner (bundle destroy) starts none
+    runner._draining = True
+    runner.standbys["stream", "main"].release()
+    runner.standbys.clear()
+    runner._keep_standbys(time.time())
+    assert runner.standbys == {}
+    for standby in started:
+        standby.proc.kill()
+        standby.proc.wait()
+    runner.store.close()
