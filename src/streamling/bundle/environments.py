@@ -184,9 +184,9 @@ def on_this_host(requirements: list[str], bundle_root: str, files: Path) -> list
 def main(argv: list[str] | None = None) -> int:
     """``python -m streamling.bundle.environments REQUIREMENTS_JSON -- PYTHON ARGS…``: build (or find)
     the environment of the requirements on this host, then become its interpreter (in PYTHON's place)
-    running ARGS. The
-    runner launches a task this way when the deploying host's environment is not here: the build
-    (pip, possibly minutes) runs in the task's own process, never in the runner's supervision loop."""
+    running ARGS. The runner launches a task this way when the deploying host's environment is not
+    here: the build (pip, possibly minutes) runs in the task's own process, never in the runner's
+    supervision loop."""
     import json
 
     args = list(sys.argv[1:] if argv is None else argv)
