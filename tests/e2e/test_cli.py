@@ -49,9 +49,19 @@ def test_readme_main_command_prints_rows_and_leaves_the_delta_table(tmp_path: Pa
     lake = spark.read.format("delta").load(str(tmp_path / "output" / "large_orders"))
     assert sorted(r.id for r in lake.select("id").collect()) == sorted(expected)
 
-    again = subprocess.run([str(ROOT / "fixtures" / "dev"), "run", str(ROOT / "pipeline.yaml")], cwd=tmp_path,
-                           env=_env(), capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and again.stdout == ""  # resumed from the checkpoint: nothing new
+    assert "flow 'orders': starting fresh" in proc.stderr and "InMemory keeps no position" in proc.stderr
+    assert not list((tmp_path / ".streamling").rglob("process-*"))  # the process's checkpoint went with it
+
+    # A backend that keeps positions: this run starts over too (the InMemory run left nothing to
+    # resume) and upserts the same rows; the next one resumes and prints nothing new.
+    sqlite = {"STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Sqlite"}
+    again = streamling(str(ROOT / "pipeline.yaml"), cwd=tmp_path, **sqlite)
+    assert again.returncode == 0 and again.stdout == proc.stdout, again.stderr[-3000:]
+    resumed = streamling(str(ROOT / "pipeline.yaml"), cwd=tmp_path, **sqlite)
+    assert resumed.returncode == 0 and resumed.stdout == "", resumed.stderr[-3000:]
+    assert "flow 'orders': resuming the checkpoint at" in resumed.stderr and "state_backend Sqlite" in resumed.stderr
+    lake = spark.read.format("delta").load(str(tmp_path / "output" / "large_orders"))
+    assert sorted(r.id for r in lake.select("id").collect()) == sorted(expected)
 
 
 def test_validate_prints_one_json_object(tmp_path: Path) -> None:
@@ -104,7 +114,8 @@ sinks:
     # no py4j tracebacks, no cause chain through the sink that collected the rows, no JVM start-up chatter
     for noise in ("Traceback", "Caused by", "print sink", "Using incubator modules", "Setting default log level"):
         assert noise not in proc.stderr, noise
-    assert len(proc.stderr.strip().splitlines()) <= 4, proc.stderr
+    # start, admin API, "starting fresh", stopping, the error
+    assert len(proc.stderr.strip().splitlines()) <= 5, proc.stderr
 
 
 def test_missing_pipeline_file_is_a_clear_error(tmp_path: Path) -> None:

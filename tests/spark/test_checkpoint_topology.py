@@ -29,7 +29,7 @@ TWO_SINKS = """
 
 
 def _flow_json(state: Path) -> tuple[Path, dict]:
-    [path] = sorted(state.glob("test_app/*/flow.json"))
+    [path] = sorted(state.glob("test_app/**/flow.json"))
     return path, json.loads(path.read_text())
 
 

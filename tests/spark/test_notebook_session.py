@@ -10,6 +10,7 @@ import pytest
 
 from streamling.errors import StreamlingError
 from streamling.notebook.session import NotebookPipeline
+from streamling.state import InMemoryStateBackend
 
 pytestmark = pytest.mark.spark
 
@@ -82,8 +83,10 @@ def test_debug_reruns_the_edited_transform_on_the_captured_batch_while_the_pipel
     flow = status["flows"]["orders"]
     assert flow["last_epoch"] is not None and flow["rows_to_sinks"] > 0
     assert Path(nb.checkpoint_root()).exists()
+    memory = InMemoryStateBackend(nb.settings().application_id)
+    assert memory.list("streamling:checkpoint:")  # this kernel's checkpoint, resumed by its next run
     nb.reset()
-    assert not Path(nb.checkpoint_root()).exists()
+    assert not Path(nb.checkpoint_root()).exists() and memory.list() == {}  # the next run starts over
 
 
 def test_bounded_run_ends_by_itself_and_stops_after_n_rows(spark: Any, tmp_path: Path) -> None:

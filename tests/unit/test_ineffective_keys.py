@@ -85,7 +85,8 @@ def test_types_that_are_not_available_say_so(type_name: str, message: str) -> No
     assert info.value.problems[0].headline().split(" [")[0] == message.format(installed=installed)
 
 
-def test_start_at_says_a_checkpoint_wins_over_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_start_at_says_a_checkpoint_wins_over_it_with_a_durable_backend(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
     pipeline = """
 sources:
@@ -99,9 +100,14 @@ sinks:
   a: {type: blackhole, from: history}
   b: {type: blackhole, from: both}
 """
+    # InMemory (the default) starts every run over, at start_at, as Streamling does: nothing to say.
     build_plan(parse_pipeline(pipeline), load_settings(environ={}, cwd=tmp_path), dry_run=True)
+    assert not [w for w in _warnings(caplog) if "start_at" in w]
+    caplog.clear()
+    durable = load_settings(environ={"STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Sqlite"}, cwd=tmp_path)
+    build_plan(parse_pipeline(pipeline), durable, dry_run=True)
     warnings = _warnings(caplog)
     assert sorted(w.split(":")[0] for w in warnings if "start_at" in w) == ["clickhouse source 'history'",
                                                                              "hybrid source 'both'"]
-    assert any("'bounded_sources[0].start_at' has no effect here: once a checkpoint exists: a restart resumes "
-               "after the last finalized page" in w for w in warnings)
+    assert any("'bounded_sources[0].start_at' has no effect here: with a durable state_backend, once a checkpoint "
+               "exists a restart resumes after the last finalized page" in w for w in warnings)

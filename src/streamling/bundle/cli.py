@@ -117,10 +117,12 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
-    for w in bundle.warnings:
-        sys.stderr.write(f"Warning: {w}\n")
     started = time.monotonic()
-    result = deploy(bundle, force=args.force, force_lock=args.force_lock)
+    try:
+        result = deploy(bundle, force=args.force, force_lock=args.force_lock)
+    finally:  # the bundle's and its tasks' (added while they are built), whether or not it deployed
+        for w in bundle.warnings:
+            sys.stderr.write(f"Warning: {w}\n")
     ws = Workspace.for_target(bundle.target)
     store = ws.open_store()
     active = {r.job_key: r.id for r in store.runs(active_only=True, limit=1000)}

@@ -159,6 +159,8 @@ def build(bundle: Bundle) -> dict[str, dict[str, TaskBuild]]:
             tb.application_id = tb.compiled.application_id or str(
                 bundle.target.config.get("application_id") or default_application_id(bundle.name, job.key, task.key))
             problems.extend(_cluster_problems(bundle, tb))
+            if (warning := _state_warning(bundle, tb)) and warning not in bundle.warnings:
+                bundle.warnings.append(warning)
     if problems:
         raise ValidationError(problems)
     return builds
@@ -188,6 +190,36 @@ def _cluster_problems(bundle: Bundle, tb: TaskBuild) -> list[StreamlingError]:
     except StreamlingError as exc:
         return [exc.add_context(f"checking {where} for a cluster of several hosts")]
     return []
+
+
+def _state_warning(bundle: Bundle, tb: TaskBuild) -> str | None:
+    """A continuous job's task whose state backend keeps no position between driver starts (set to
+    ``InMemory``, or no durable default at hand) is told so: every restart would read its sources again."""
+    from streamling.bundle.workspace import default_state_backend
+    from streamling.config import load_settings
+    from streamling.config.settings import DEPLOYMENT_DEFAULTS_ENV
+    from streamling.state import is_durable
+
+    notebook = tb.task.notebook_path
+    if tb.compiled is None or notebook is None or tb.job.continuous is None:
+        return None
+    config = bundle.target.config
+    state_dir = str(config.get("state_dir") or Workspace.for_target(bundle.target).state_dir)
+    backend = default_state_backend(state_dir, str((config.get("spark") or {}).get("master") or ""),
+                                    runner_settings(bundle)[0])
+    environ = {**os.environ, DEPLOYMENT_DEFAULTS_ENV: json.dumps({"state_backend": backend})} if backend \
+        else os.environ
+    try:
+        settings = load_settings(tb.compiled.config_name, environ=environ, cwd=notebook.parent, overrides=config)
+    except StreamlingError:
+        return None  # its driver reports the configuration's problem
+    if is_durable(settings):
+        return None
+    backend_type = settings.state_backend.backend_type
+    return (f"task '{tb.task.key}' of continuous job '{tb.job.key}': state_backend {backend_type} keeps no position "
+            "between driver starts, so a retry, a failover or a redeploy that restarts the driver reads its sources "
+            "again from their starting_offsets; set state_backend.backend_type: Postgres (or Sqlite on one host) in "
+            "the target's config")
 
 
 def source_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

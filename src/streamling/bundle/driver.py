@@ -59,6 +59,7 @@ def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict
     values = _parameters(job, task, params, context)
     os.environ["STREAMLING_JOB_PARAMETERS"] = json.dumps(values)
     os.environ.update(task.get("spark_env_vars") or {})  # its cluster's environment, on the driver too
+    os.environ.update(state_defaults(ws, deployment, task))
     files = Path(deployment["file_path"])
     if task["kind"] == "notebook":
         return _notebook_task(ws, version, job_key, task_key, params, log_path, context)
@@ -96,6 +97,18 @@ def task_config(deployment: dict[str, Any], task: dict[str, Any]) -> dict[str, A
             **{f"spark.executorEnv.{k}": v for k, v in (task.get("spark_env_vars") or {}).items()}}
     config = dict(deployment.get("config") or {})
     return deep_merge(config, {"spark": {"conf": conf}}) if conf else config
+
+
+def state_defaults(ws: Any, deployment: dict[str, Any], task: dict[str, Any]) -> dict[str, str]:
+    """The deployment-defaults variable that gives the task a state backend keeping positions when its
+    settings name none (``workspace.default_state_backend``); empty when none is at hand."""
+    from streamling.bundle.workspace import default_state_backend
+    from streamling.config.settings import DEPLOYMENT_DEFAULTS_ENV
+
+    config = task_config(deployment, task)
+    backend = default_state_backend(str(config.get("state_dir") or deployment["state_dir"]),
+                                    str((config.get("spark") or {}).get("master") or ""), ws.store_settings())
+    return {DEPLOYMENT_DEFAULTS_ENV: json.dumps({"state_backend": backend})} if backend else {}
 
 
 def _submit_args(config: dict[str, Any]) -> str:

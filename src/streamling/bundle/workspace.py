@@ -454,3 +454,19 @@ def _store_name(recorded: dict[str, Any]) -> str:
                 f"(schema {pg.get('schema_name')})")
     return "runs.db (SQLite)"
 
+
+
+def default_state_backend(state_dir: str, master: str, store: JobRunnerSettings) -> dict[str, Any]:
+    """A bundle task's ``state_backend`` where its settings name none: one that keeps positions, so a
+    job resumes its checkpoint after a retry, a failover or a redeploy that restarts its driver, as a
+    Databricks job resumes its ``checkpointLocation`` (the embedded ``InMemory`` starts every driver
+    over). SQLite next to the checkpoints on one host; the run store's Postgres where the state
+    directory or the executors are on other hosts; nothing (``InMemory``, warned at deploy) without it."""
+    if storage.is_local(state_dir) and not storage.is_multi_host(master):
+        return {"backend_type": "Sqlite", "sqlite": {"database_path": storage.join(state_dir, "state.db")}}
+    if store.store == "postgres":
+        pg = store.postgres
+        return {"backend_type": "Postgres",
+                "postgres": {"host": pg.host, "port": pg.port, "db": pg.db, "user": pg.user, "password": pg.pass_,
+                             "sslmode": pg.sslmode, "state_schema_name": pg.schema_name or "streamling_runs"}}
+    return {}

@@ -1,4 +1,8 @@
-"""Typed settings: embedded defaults < config file < ``STREAMLING__…`` environment.
+"""Typed settings: embedded defaults < deployment defaults < config file < ``STREAMLING__…`` environment.
+
+Deployment defaults (``STREAMLING_DEPLOYMENT_DEFAULTS``, a JSON object of keys) are set by a
+deployment for the processes it starts: what "not configured" means there (a bundle task's state
+backend keeps positions, so a job resumes after a restart). Every layer above still wins.
 
 The keys and defaults are Streamling's where they apply, so an existing ``config.yaml`` and the
 same environment variables keep working. Unknown top-level keys are kept (a config written for
@@ -22,6 +26,7 @@ from streamling.errors import StreamlingError
 from streamling.util import csv_list, did_you_mean, parse_duration_secs
 
 ENV_PREFIX = "STREAMLING__"
+DEPLOYMENT_DEFAULTS_ENV = "STREAMLING_DEPLOYMENT_DEFAULTS"
 _SECRET_KEYS = re.compile(r"(pass(word)?|secret|secret[._-]?key|token|sasl_password|api_key|credentials?)$",
                           re.I)
 MASK = "***"
@@ -623,8 +628,18 @@ def load_settings(
     cwd: Path | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> Settings:
-    """Build settings from the three layers (plus explicit overrides from code, highest)."""
+    """Build settings from the layers (plus explicit overrides from code, highest)."""
+    environ = os.environ if environ is None else environ
     tree = _default_tree()
+    if environ.get(DEPLOYMENT_DEFAULTS_ENV):
+        try:
+            defaults = json.loads(environ[DEPLOYMENT_DEFAULTS_ENV])
+        except ValueError:
+            defaults = None
+        if not isinstance(defaults, dict):
+            raise StreamlingError(f"{DEPLOYMENT_DEFAULTS_ENV} is not a JSON object of settings",
+                                  code="config_invalid", hint=f"unset {DEPLOYMENT_DEFAULTS_ENV}")
+        tree = deep_merge(tree, defaults)
     path = find_config_file(config_name, cwd)
     if path is not None:
         try:
@@ -636,7 +651,7 @@ def load_settings(
         if data is not None and not isinstance(data, Mapping):
             raise StreamlingError(f"config file {path} must hold a mapping of keys", code="config_invalid")
         tree = deep_merge(tree, data or {})
-    tree = deep_merge(tree, env_overrides(os.environ if environ is None else environ))
+    tree = deep_merge(tree, env_overrides(environ))
     if overrides:
         tree = deep_merge(tree, overrides)
     try:

@@ -394,8 +394,16 @@ class NotebookPipeline:
         """Forget where every flow stopped: the next run starts from the sources' beginnings."""
         if self.current is not None and self.current.active:
             raise StreamlingError("the pipeline is running", hint="run `%streamling stop` first")
+        from streamling.state import create_state_backend
+
         root = self.checkpoint_root()
         storage.storage_for(root, None if storage.is_local(root) else self.spark()).delete(root)
+        # The sources' positions copied to the state backend would place the next checkpoint.
+        state = create_state_backend(self.settings())
+        try:
+            state.clear()
+        finally:
+            state.close()
         return root
 
     # --- preview ------------------------------------------------------------------------------

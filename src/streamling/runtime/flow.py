@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from streamling import storage
 from streamling.errors import StreamlingError, chain_text, first_line, java_message, node_failure_from_text
+from streamling.runtime import checkpoints, expectations
 from streamling.runtime import events as ev
-from streamling.runtime import expectations
 from streamling.runtime.environment import worker_failure
 from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import Epoch, Sink, Source, Transform
@@ -178,11 +178,15 @@ class FlowRunner:
         self._by_sink = self._counted_by_sinks()
         self._execution: Any = None  # the query's StreamExecution (JVM), for its epoch's plan
         self._offsets: dict[str, Any] = {}
-        #: the flow's folder: a local path or a URI of shared storage (``streamling.storage``)
+        #: the flow's folder: a local path or a URI of shared storage (``streamling.storage``); with
+        #: the ``InMemory`` backend, a folder of this process under it (``checkpoints.place``)
         self.root = storage.join(storage.resolve(self.settings.state_dir), self.settings.application_id, flow.name)
+        self.store = storage.storage_for(self.root, spark)
+        self.placement = checkpoints.place(self.root, state, self.store)
+        self.root = self.placement.root
         self.checkpoint_dir = storage.join(self.root, "checkpoint")
         self.meta_path = storage.join(self.root, "flow.json")
-        self.store = storage.storage_for(self.root, spark)
+        self._announced = False
         self.sink_token = ""
         self._meta: dict[str, Any] = {}
         self._adopt_topology = False
@@ -227,6 +231,7 @@ class FlowRunner:
                          f"(or change application_id)")
             self.sink_token = str(meta["sink_token"])
             self._meta = {**meta, "topology": topology}
+            self._announce(resumed=True)
             recorded = meta.get("topology")
             if recorded != topology:
                 self._adopt_topology = True
@@ -236,6 +241,28 @@ class FlowRunner:
         self.sink_token = f"{self.settings.application_id}:{self.flow.name}:{uuid.uuid4().hex[:12]}"
         self._meta = {"fingerprint": fingerprint, "sink_token": self.sink_token, "topology": topology}
         self._write_meta()
+        self._announce(resumed=False)
+
+    def _announce(self, resumed: bool) -> None:
+        """One line per run and flow: whether it resumes a checkpoint or reads its sources from their start."""
+        if self._announced:
+            return
+        self._announced = True
+        flow, backend = self.flow.name, self.placement.backend
+        if resumed:
+            committed, _ = self._last_committed()
+            after = f"after epoch {committed}" if committed is not None else "(no epoch committed yet)"
+            kept = ("positions last as long as this process" if not self.placement.durable
+                    else "it keeps the sources' positions between runs")
+            log.info("flow '%s': resuming the checkpoint at %s %s (state_backend %s: %s)", flow,
+                     self.checkpoint_dir, after, backend, kept)
+        elif self.placement.durable:
+            log.info("flow '%s': starting fresh, the sources read from their configured start (no checkpoint at %s "
+                     "yet; state_backend %s resumes it on the next run)", flow, self.checkpoint_dir, backend)
+        else:
+            log.info("flow '%s': starting fresh, the sources read from their configured start (state_backend %s "
+                     "keeps no position between runs; set state_backend.backend_type to Sqlite or Postgres to "
+                     "resume); checkpoint of this process: %s", flow, backend, self.checkpoint_dir)
 
     def _write_meta(self) -> None:
         self.store.write_text(self.meta_path, json.dumps(self._meta, indent=2))

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from streamling.errors import NodeFailure, StreamlingError
 from streamling.runtime.nodes import GS_OP, NodeContext, Source
 from streamling.spec.nodes import ClickHouseSourceOptions
+from streamling.state import is_durable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -281,11 +282,12 @@ def _width(start: dict[str, Any], end: dict[str, Any]) -> int:
 _REGISTERED: set[int] = set()
 
 
-#: Streamling's ``start_at`` overrides the checkpoint on every start; here a checkpoint wins, so a
+#: Streamling's ``start_at`` overrides the saved position on every start; here a checkpoint wins, so a
 #: restart never re-reads a history that is already written (say so rather than differ silently).
-START_AT_ON_RESTART = ("once a checkpoint exists: a restart resumes after the last finalized page instead of "
-                       "starting over at start_at as Streamling does; start_at applies to a new checkpoint (a new "
-                       "application_id, or the state_dir removed)")
+#: Reported only with a durable state backend: under ``InMemory`` every run starts at ``start_at``.
+START_AT_ON_RESTART = ("with a durable state_backend, once a checkpoint exists a restart resumes after the last "
+                       "finalized page instead of starting over at start_at as Streamling does; start_at applies to "
+                       "a new checkpoint (a new application_id, or the state_dir removed)")
 
 
 class ClickHouseSource(Source[ClickHouseSourceOptions]):
@@ -303,7 +305,8 @@ class ClickHouseSource(Source[ClickHouseSourceOptions]):
 
     def ineffective_keys(self) -> dict[str, str]:
         out = super().ineffective_keys()
-        if self.options.start_at is not None and not self._state_suffix:  # a hybrid phase: the hybrid node reports
+        if (self.options.start_at is not None and not self._state_suffix  # a hybrid phase: the hybrid node reports
+                and is_durable(self.ctx.settings)):
             out["start_at"] = START_AT_ON_RESTART
         return out
 

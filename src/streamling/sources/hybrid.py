@@ -24,6 +24,7 @@ from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Source
 from streamling.sources.clickhouse import START_AT_ON_RESTART, ClickHouseSource
 from streamling.spec.nodes import REGISTRY, ClickHouseSourceOptions, HybridSourceOptions
+from streamling.state import is_durable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -48,7 +49,7 @@ class HybridSource(Source[HybridSourceOptions]):
     def ineffective_keys(self) -> dict[str, str]:
         out = super().ineffective_keys()
         for i, bounded in enumerate(self.options.bounded_sources):
-            if bounded.start_at is not None:
+            if bounded.start_at is not None and is_durable(self.ctx.settings):
                 out[f"bounded_sources[{i}].start_at"] = START_AT_ON_RESTART
         return out
 

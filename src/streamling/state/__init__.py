@@ -24,7 +24,16 @@ __all__ = [
     "SqliteStateBackend",
     "StateBackend",
     "create_state_backend",
+    "is_durable",
 ]
+
+
+def is_durable(settings: Settings) -> bool:
+    """Whether the configured backend keeps positions between runs, so a new run resumes its
+    checkpoint (``streamling.runtime.checkpoints``); ``InMemory`` starts every run over."""
+    from streamling.config.settings import normalize_backend
+
+    return normalize_backend(settings.state_backend.backend_type) != "inmemory"
 
 
 def create_state_backend(settings: Settings, namespace: str | None = None) -> StateBackend:

@@ -18,6 +18,9 @@ class StateBackend(Protocol):
     """What every backend offers; values are JSON objects (``dict``), returned as fresh copies."""
 
     namespace: str
+    #: whether what is stored outlives the process; a flow resumes its checkpoint in a new
+    #: process only then (``streamling.runtime.checkpoints``)
+    durable: bool
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The value stored under ``key`` in this namespace, or None."""
@@ -37,6 +40,10 @@ class StateBackend(Protocol):
 
     def list(self, prefix: str = "") -> dict[str, dict[str, Any]]:
         """Every key of this namespace starting with ``prefix`` and its value."""
+        ...
+
+    def clear(self) -> None:
+        """Remove every key of this namespace (a notebook's ``%streamling reset``)."""
         ...
 
     def close(self) -> None:

@@ -17,6 +17,8 @@ _LOCK = threading.Lock()
 class InMemoryStateBackend:
     """Keys in a process-wide dict per namespace; nothing survives a restart."""
 
+    durable = False
+
     def __init__(self, namespace: str, *, shared: bool = True) -> None:
         self.namespace = namespace
         with _LOCK:
@@ -45,6 +47,10 @@ class InMemoryStateBackend:
         with _LOCK:
             items = [(k, v) for k, v in self._data.items() if k.startswith(prefix)]
         return {k: decode(v) for k, v in sorted(items)}
+
+    def clear(self) -> None:
+        with _LOCK:
+            self._data.clear()
 
     def close(self) -> None:
         """Nothing to release; the data stays for other backends of the namespace."""

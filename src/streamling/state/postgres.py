@@ -27,6 +27,8 @@ T = TypeVar("T")
 class PostgresStateBackend:
     """Keys in ``<state_schema_name>.<state_table_name>``, created on first use."""
 
+    durable = True
+
     def __init__(self, settings: PostgresStateSettings, namespace: str, pool: PoolSettings | None = None) -> None:
         from psycopg import sql
 
@@ -54,6 +56,7 @@ class PostgresStateBackend:
         self._upsert = sql.SQL("INSERT INTO {} (namespace, key, data) VALUES (%s, %s, %s::jsonb) "
                                "ON CONFLICT (namespace, key) DO UPDATE SET data = EXCLUDED.data").format(table)
         self._delete = sql.SQL("DELETE FROM {} WHERE namespace = %s AND key = %s").format(table)
+        self._clear = sql.SQL("DELETE FROM {} WHERE namespace = %s").format(table)
         self._list = sql.SQL("SELECT key, data FROM {} WHERE namespace = %s AND left(key, %s) = %s "
                              "ORDER BY key").format(table)
         try:
@@ -89,6 +92,9 @@ class PostgresStateBackend:
         found = self._run(f"listing {prefix!r}",
                           lambda c: c.execute(self._list, (self.namespace, len(prefix), prefix)).fetchall())
         return {key: dict(data) for key, data in found}
+
+    def clear(self) -> None:
+        self._run("clearing the namespace", lambda c: c.execute(self._clear, (self.namespace,)))
 
     def close(self) -> None:
         self._pool.close()

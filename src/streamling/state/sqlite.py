@@ -27,6 +27,8 @@ UPSERT = ("INSERT INTO state (namespace, key, data) VALUES (?, ?, ?) "
 class SqliteStateBackend:
     """Keys in ``state(namespace, key, data, created_at)``; ``created_at`` is kept on update."""
 
+    durable = True
+
     def __init__(self, path: str | Path, namespace: str) -> None:
         self.namespace = namespace
         self.path = Path(path).expanduser().resolve()  # relative paths: against the current directory
@@ -75,6 +77,10 @@ class SqliteStateBackend:
                 "SELECT key, data FROM state WHERE namespace = ? AND substr(key, 1, ?) = ? ORDER BY key",
                 (self.namespace, len(prefix), prefix)).fetchall()
         return {key: decode(data) for key, data in rows}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM state WHERE namespace = ?", (self.namespace,))
 
     def close(self) -> None:
         with self._lock:

@@ -62,6 +62,9 @@ def _env(exports: dict[str, str], tmp_path: Path) -> dict[str, str]:
     env.update({k: v for k, v in exports.items() if k.startswith("STREAMLING__POSTGRES_SINK__")})
     env.update(STREAMLING_CACHE_DIR=str(ROOT / ".cache"), STREAMLING__APPLICATION_ID="torture",
                STREAMLING__STATE_DIR=str(tmp_path / "state"),
+               # each rerun resumes the last one's checkpoint, as with any state backend that keeps positions
+               STREAMLING__STATE_BACKEND__BACKEND_TYPE="Sqlite",
+               STREAMLING__STATE_BACKEND__SQLITE__DATABASE_PATH=str(tmp_path / "state" / "state.db"),
                # A restart takes ~1 s; the policy's attempts must outlast it, never end the run.
                STREAMLING__RETRY__MAX_ATTEMPTS="30", STREAMLING__RETRY__INITIAL_BACKOFF_MS="200",
                STREAMLING__RETRY__MAX_BACKOFF_MS="1000")
