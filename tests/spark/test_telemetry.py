@@ -4,10 +4,12 @@ pipeline runs, expectations counted in the same pass, and the admin API during a
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from harness import Runner
 from otlp_receiver import Receiver, free_port, serve_http
 from prometheus_client.parser import text_string_to_metric_families
@@ -153,3 +155,31 @@ def test_the_admin_api_reports_a_flow_stuck_retrying_as_not_ready(runner: Runner
     assert "journal.flaky transform 'doubled'" in seen["ready"]["error"] and "upstream busy" in seen["ready"]["error"]
     assert seen["live"].status_code == 200
     assert json.loads(seen["live"].text)["status"] == "live"
+
+
+def test_an_event_time_column_that_cannot_be_one_is_said_once_and_the_rows_still_flow(
+        runner: Runner, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="streamling.runtime.planner")
+    runner.run("""
+sources:
+  orders:
+    type: generate
+    rows: 20
+    rows_per_batch: 10
+    telemetry: {event_time: {column: created}}
+transforms:
+  names:
+    type: sql
+    sql: SELECT id, customer FROM orders
+    telemetry: {event_time: {column: customer}}
+sinks:
+  out: {type: blackhole, from: names}
+""")
+    skipped = [r.getMessage() for r in caplog.records if "event-time instrumentation skipped" in r.getMessage()]
+    assert skipped == [
+        "generate source 'orders': event-time instrumentation skipped: its output has no column 'created' (did you "
+        "mean 'created_at'?) (telemetry.event_time.column)",
+        "sql transform 'names': event-time instrumentation skipped: column 'customer' is string, not a timestamp or "
+        "a number (telemetry.event_time.column)"]
+    flushed = runner.of_type(ev.EpochFlushed)
+    assert runner.input_rows() == 20 and len(flushed) == 2 and all(not e.event_time_ms for e in flushed)

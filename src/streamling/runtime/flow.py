@@ -8,6 +8,7 @@ idempotency (or rely on primary-key upserts).
 
 from __future__ import annotations
 
+import decimal
 import functools
 import hashlib
 import json
@@ -689,7 +690,7 @@ class FlowRunner:
                 continue
             if hasattr(value, "timestamp"):  # a timestamp column
                 out[name] = value.timestamp() * 1000
-            else:
+            elif isinstance(value, (int, float, decimal.Decimal)):  # others were reported when the run started
                 scale = {"seconds": 1000.0, "milliseconds": 1.0, "microseconds": 0.001}[event_time.unit]
                 out[name] = float(value) * scale
         return out

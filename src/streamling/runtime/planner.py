@@ -22,6 +22,7 @@ from streamling.kafka.no_effect import kafka_warnings
 from streamling.runtime.nodes import Node, NodeContext, Sink, Source, Transform
 from streamling.spec.nodes import DynamicTableTransformOptions, parse_key
 from streamling.spec.pipeline import NodeSpec, PipelineSpec
+from streamling.util import did_you_mean
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -324,3 +325,25 @@ def analyze(plan: Plan, spark: SparkSession) -> None:
     problems += _check_sink_keys(plan)
     if problems:
         raise ValidationError(problems)
+    _check_event_times(plan)
+
+
+def _check_event_times(plan: Plan) -> None:
+    """A node whose ``telemetry.event_time`` names no timestamp or number column of its output is
+    told once per run, as Streamling logs it; its rows flow and its event-time series stay empty."""
+    from pyspark.sql.types import NumericType, TimestampNTZType, TimestampType
+
+    for spec in plan.spec.topological():
+        event_time = spec.options.telemetry.event_time if spec.options.telemetry is not None else None
+        schema = plan.schemas.get(spec.name)
+        if event_time is None or schema is None or spec.kind == "sink":
+            continue
+        field = next((f for f in schema.fields if f.name == event_time.column), None)
+        if field is None:
+            why = f"its output has no column '{event_time.column}'" + did_you_mean(
+                event_time.column, [f.name for f in schema.fields])
+        elif not isinstance(field.dataType, (TimestampType, TimestampNTZType, NumericType)):
+            why = f"column '{event_time.column}' is {field.dataType.simpleString()}, not a timestamp or a number"
+        else:
+            continue
+        log.warning("%s: event-time instrumentation skipped: %s (telemetry.event_time.column)", spec.label, why)
