@@ -153,7 +153,10 @@ def test_killed_between_flush_and_commit_the_rerun_counts_each_row_once(
     pipeline.write_text(_pipeline(landing, agg))
     root = Path(__file__).resolve().parents[3]
     env = {**pg_environ, "STREAMLING_CACHE_DIR": str(root / ".cache"), "STREAMLING__APPLICATION_ID": unique_name,
-           "STREAMLING__STATE_DIR": str(tmp_path / "state")}
+           "STREAMLING__STATE_DIR": str(tmp_path / "state"),
+           # the rerun resumes the killed run's checkpoint: a backend that keeps positions
+           "STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Sqlite",
+           "STREAMLING__STATE_BACKEND__SQLITE__DATABASE_PATH": str(tmp_path / "state" / "state.db")}
     cmd = [sys.executable, "-m", "streamling.cli", str(pipeline)]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None

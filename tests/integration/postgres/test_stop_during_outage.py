@@ -65,7 +65,10 @@ def _cli_env(exports: dict[str, str], tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
     env.update({k: v for k, v in exports.items() if k.startswith("STREAMLING__POSTGRES_SINK__")})
     env.update(STREAMLING_CACHE_DIR=str(ROOT / ".cache"), STREAMLING__APPLICATION_ID="stop_during_outage",
-               STREAMLING__STATE_DIR=str(tmp_path / "state"), STREAMLING__RETRY__MAX_ATTEMPTS="1000")
+               STREAMLING__STATE_DIR=str(tmp_path / "state"), STREAMLING__RETRY__MAX_ATTEMPTS="1000",
+               # the rerun resumes the stopped run's checkpoint: a backend that keeps positions
+               STREAMLING__STATE_BACKEND__BACKEND_TYPE="Sqlite",
+               STREAMLING__STATE_BACKEND__SQLITE__DATABASE_PATH=str(tmp_path / "state" / "state.db"))
     return env
 
 

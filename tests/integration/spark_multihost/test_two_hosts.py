@@ -81,7 +81,7 @@ def _host_b_executors(state: Path, app_name: str, since: float) -> list[Path]:
 
 
 def test_two_hosts_lose_a_worker_and_the_driver_and_keep_every_row_once(
-        tmp_path: Path, two_hosts: dict[str, str], spark: Any, unique_name: str) -> None:
+        tmp_path: Path, two_hosts: dict[str, str], spark: Any, unique_name: str, pg_environ: dict[str, str]) -> None:
     hdfs = two_hosts["STREAMLING_TEST_HDFS_URL"]
     lake = f"{hdfs}/tests/{unique_name}/lake"
     state = f"{hdfs}/tests/{unique_name}/state"
@@ -90,7 +90,10 @@ def test_two_hosts_lose_a_worker_and_the_driver_and_keep_every_row_once(
     source, sink = PLUGIN_FLOW.format(rows=ROWS, lake=lake).strip("\n").splitlines()
     text = text.replace("transforms:\n", f"{source}\ntransforms:\n").replace("sinks:\n", f"sinks:\n{sink}\n")
     pipeline.write_text(text)
-    env = _cli_env(two_hosts, unique_name, state)
+    # The rerun resumes the killed driver's checkpoint: a backend that keeps positions, and one every
+    # host reaches (SQLite is refused on a cluster).
+    env = {**_cli_env(two_hosts, unique_name, state), "STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Postgres",
+           **{k: v for k, v in pg_environ.items() if k.startswith("STREAMLING__STATE_BACKEND__POSTGRES__")}}
     cli = str(Path(sys.executable).with_name("streamling"))
     worker_b = Path(two_hosts["STREAMLING_TEST_MULTIHOST_WORKER_B_PIDFILE"])
     started = time.time()
