@@ -4,6 +4,7 @@ transient failures retried by the flow, and a failing plugin named with its node
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +141,55 @@ def test_a_side_output_sees_every_source_batch_before_the_epoch_commits(runner: 
     assert {s["source"] for s in seen} == {"counter"}
     assert sum(s["rows"] for s in seen) == 1000  # each epoch's source rows, once
     assert sorted(r["id"] for r in _written(tmp_path)) == list(range(1, 1000, 2))
+
+
+def test_a_partitioned_plugin_source_is_read_in_parallel_one_instance_per_partition(
+        runner: Runner, tmp_path: Path) -> None:
+    pipeline = f"""
+    sources:
+      counter:
+        type: journal.counter
+        dir: {tmp_path}
+        options: {{rows: 100, batch: 20, partitions: 3}}
+    sinks:
+      out: {{type: journal.files, from: counter, dir: {tmp_path}}}
+    """
+    run = runner.pipeline(pipeline)
+    run.start()
+    try:  # stopped after its second epoch: the next run in this process resumes every partition
+        deadline = time.monotonic() + 120
+        while not [e for e in _journal(tmp_path) if e["hook"] == "source_finalized"][1:] \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        run.request_stop("test")
+        run.wait(60)
+    finally:
+        run.stop("test")
+    stopped = [e["end"] for e in _journal(tmp_path) if e["hook"] == "source_finalized"][-1]
+    assert len(stopped) == 3 and 0 < sum(stopped) < 100  # one offset per partition
+    runner.run(pipeline)
+    assert sorted(r["id"] for r in _written(tmp_path)) == list(range(100))  # every row once, across both runs
+    journal = _journal(tmp_path)
+    reads = [e for e in journal if e["hook"] == "read_between"]
+    assert {e["partition"] for e in reads} == {0, 1, 2} and {e["role"] for e in reads} == {"executor"}
+    # each epoch's partitions read by tasks of their own, written by a sink writer each
+    flushed = [e for e in journal if e["hook"] == "sink_flushed" and e["epoch"] == 0]
+    assert sorted(e["partition"] for e in flushed) == [0, 1, 2] and all(e["rows"] == 20 for e in flushed)
+    assert [e["end"] for e in journal if e["hook"] == "source_finalized"][-1] == [34, 33, 33]
+
+
+def test_a_partitioned_plugin_source_without_latest_offset_is_refused_before_it_runs(runner: Runner) -> None:
+    from streamling.plugins import SourcePlugin, source
+
+    @source("journal.no_plan")
+    class NoPlan(SourcePlugin[Any]):
+        @classmethod
+        def preferred_partitions(cls, options: Any) -> int:
+            return 2
+
+    with pytest.raises(StreamlingError) as info:
+        runner.pipeline("""
+            sources: {s: {type: journal.no_plan}}
+            sinks: {out: {type: blackhole, from: s}}
+        """)
+    assert "declares 2 partitions but does not define latest_offset()" in info.value.headline()

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -170,6 +171,41 @@ def test_testing_kit_replays_an_unfinished_epoch_identically_after_a_crash() -> 
     assert len(set(runner.table().column("alphanumeric_field").to_pylist())) == 2500
     assert [c for c in runner.calls if c[0] in ("flushed", "finalized", "read_between")][:5] == [
         ("flushed", 0), ("finalized", 0), ("flushed", 1), ("read_between", 1), ("flushed", 1)]
+
+
+def test_testing_kit_plans_a_partitioned_source_per_partition_and_replays_each_partition() -> None:
+    @source("test.squares")
+    class Squares(SourcePlugin[Any]):
+        """Partition p of 3 yields the squares of 3k + p, k < 4; two rows per epoch and partition."""
+
+        @classmethod
+        def preferred_partitions(cls, options: Any) -> int:
+            return 3
+
+        def output_schema(self) -> pa.Schema:
+            return pa.schema([("n", pa.int64()), ("square", pa.int64())])
+
+        def initial_offset(self) -> int:
+            return 0
+
+        def latest_offset(self, start: int) -> int:
+            return min(start + 2, 4)
+
+        def read_between(self, start: int, end: int) -> pa.RecordBatch:
+            n = [3 * k + self.ctx.partition for k in range(start, end)]
+            return pa.RecordBatch.from_pydict({"n": n, "square": [i * i for i in n]}, schema=self.output_schema())
+
+    runner = SourceRunner(Squares)
+    first = runner.epoch()
+    assert first is not None and sorted(first.column("n").to_pylist()) == [0, 1, 2, 3, 4, 5]
+    assert runner.committed == [2, 2, 2]  # one offset per partition
+    in_flight = runner.epoch(finalize=False)
+    runner.crash()
+    runner.restart()
+    assert runner.batches[-1].equals(in_flight) and runner.committed == [4, 4, 4]
+    assert runner.run() == 0
+    assert sorted(runner.table().column("n").to_pylist()) == sorted([*range(12), *range(6, 12)])  # epoch 1 twice
+    assert runner.calls.count(("read_between", 1)) == 6  # three partitions, read twice
 
 
 def test_testing_kit_runs_transforms_and_sinks_per_partition(capsys: pytest.CaptureFixture[str]) -> None:

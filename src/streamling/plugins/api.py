@@ -172,8 +172,11 @@ class PluginContext(Generic[OptionsM]):
     metrics: MetricsRecorder = field(default_factory=MetricsRecorder)
     #: where this instance runs: "driver", "reader" (a source's Spark source runner) or "executor"
     role: str = "driver"
-    #: the partition an executor-side instance handles; -1 elsewhere
+    #: the partition an executor-side instance handles (and a partitioned source's instance on the
+    #: driver plans); -1 elsewhere
     partition: int = -1
+    #: how many partitions a partitioned source reads (``SourcePlugin.preferred_partitions``); 1 otherwise
+    partitions: int = 1
 
     @property
     def log(self) -> logging.Logger:
@@ -202,6 +205,12 @@ class SourcePlugin(Plugin[OptionsM]):
     The runtime asks ``read(start)`` for what follows ``start`` and checkpoints the offset it gets
     back; after a restart it replays an unfinished epoch with ``read_between(start, end)`` and goes
     on from the last checkpointed offset. Offsets are JSON values (numbers, strings, lists, dicts).
+
+    A source that declares several partitions (``preferred_partitions``) is read in parallel: each
+    partition has an offset and an instance of its own (``ctx.partition`` of ``ctx.partitions``).
+    Per epoch the driver asks each partition's instance for ``latest_offset(start)``, and executors
+    read ``read_between(start, end)`` of every partition that moved, one task per partition; the
+    epoch's offset is the list of the partitions' offsets.
     """
 
     #: True when the source ends by itself: ``read`` then returns ``None`` once everything was read,
@@ -216,10 +225,29 @@ class SourcePlugin(Plugin[OptionsM]):
         source bounded only when a row limit is set)."""
         return cls.bounded
 
+    @classmethod
+    def preferred_partitions(cls, options: Any) -> int:
+        """How many partitions a node with these options reads in parallel, one instance each; more
+        than one needs ``latest_offset``. A checkpoint keeps the count: changing it needs a new one."""
+        return 1
+
+    @classmethod
+    def planned(cls, options: Any) -> bool:
+        """Whether the source is planned partition by partition (``latest_offset``) and read on
+        executors (``read_between``): with several partitions, or when it defines no ``read``."""
+        return cls.preferred_partitions(options) > 1 or cls.read is SourcePlugin.read
+
     def output_schema(self) -> pa.Schema:
         """The Arrow schema of every batch; a ``_gs_op`` column (i/u/d) may be part of it, else
         every row is an insert."""
         raise NotImplementedError(f"source plugin '{self.plugin_id}' must define output_schema()")
+
+    def latest_offset(self, start: Offset) -> Offset:
+        """A partitioned source: where this partition's available data ends now, without reading it
+        (``start`` when nothing is new, or when a bounded partition is exhausted). Executors then
+        read ``read_between(start, end)``, which must return exactly those rows."""
+        raise NotImplementedError(f"source plugin '{self.plugin_id}' declares partitions and must define "
+                                  "latest_offset()")
 
     def initial_offset(self) -> Offset:
         """Where a brand-new pipeline starts reading."""
@@ -231,7 +259,8 @@ class SourcePlugin(Plugin[OptionsM]):
         raise NotImplementedError(f"source plugin '{self.plugin_id}' must define read()")
 
     def read_between(self, start: Offset, end: Offset) -> pa.RecordBatch | None:
-        """Exactly the rows between ``start`` and ``end`` again (an epoch replayed after a crash).
+        """Exactly the rows between ``start`` and ``end`` again (an epoch replayed after a crash; for a
+        partitioned source, every epoch of a partition, read on an executor).
 
         By default ``read(start)``, accepted when it ends at ``end``; a source whose ``read`` may
         return more (new data arrived) must override this to stop at ``end``."""

@@ -53,13 +53,14 @@ class PluginJob:
         """How messages name the node's kind: ``basic_plugin.random_source source``."""
         return f"{self.plugin_id} {self.kind.replace('_', ' ')}"
 
-    def create(self, role: str, partition: int = -1, metrics: MetricsRecorder | None = None) -> Plugin[Any]:
+    def create(self, role: str, partition: int = -1, metrics: MetricsRecorder | None = None,
+               partitions: int = 1) -> Plugin[Any]:
         """A fresh instance; a constructor failure is the plugin's, reported on the node."""
         ctx = PluginContext(plugin_id=self.plugin_id, node=self.node, options=self.options,
                             input_schema=self.input_schema, primary_key=list(self.primary_key),
                             state=PluginState(self.settings, self.node),
                             metrics=metrics or MetricsRecorder(self.node, self.plugin_id), role=role,
-                            partition=partition)
+                            partition=partition, partitions=partitions)
         return self.call("starting", lambda: self.cls(ctx))
 
     def call(self, what: str, fn: Any) -> Any:

@@ -54,15 +54,27 @@ class SourceRunner:
         self.metrics = MetricsRecorder(node, self.job.plugin_id)
         self.calls: list[tuple[str, int | None]] = []
         self.batches: list[pa.RecordBatch] = []  #: every batch delivered downstream (replays included)
-        self.committed: Any = None  #: the offset of the last finalized epoch
+        self.committed: Any = None  #: the offset of the last finalized epoch (a list, one per partition)
         self.planned: list[tuple[int, Any, Any]] = []  #: (epoch, start, end) planned, not finalized
         self.next_epoch = 0
         self._started = False
+        #: partitions read in parallel (``preferred_partitions``): then offsets are lists, each epoch
+        #: is planned with ``latest_offset`` and read partition by partition with ``read_between``
+        self.partitions = int(self.job.call("preferred_partitions()",
+                                            lambda: cls.preferred_partitions(self.job.options)))
+        self.planned_reads = bool(cls.planned(self.job.options))
+        self.readers: list[SourcePlugin[Any]] = []
         self.plugin: SourcePlugin[Any] = self._create()
         self.schema = self._schema()
 
     def _create(self) -> SourcePlugin[Any]:
-        plugin = self.job.create("reader", metrics=self.metrics)
+        if self.planned_reads:  # planning instances, one per partition; hooks run on a driver-side one
+            self.readers = [self._instance("reader", i) for i in range(self.partitions)]
+            return self._instance("driver", -1)
+        return self._instance("reader", -1)
+
+    def _instance(self, role: str, partition: int) -> SourcePlugin[Any]:
+        plugin = self.job.create(role, partition, metrics=self.metrics, partitions=self.partitions)
         assert isinstance(plugin, SourcePlugin)
         return plugin
 
@@ -72,15 +84,49 @@ class SourceRunner:
 
     def _start(self) -> Any:
         if not self._started:
-            self.committed = self.job.call("initial_offset()", self.plugin.initial_offset)
+            if self.planned_reads:
+                self.committed = [self.job.call("initial_offset()", r.initial_offset) for r in self.readers]
+            else:
+                self.committed = self.job.call("initial_offset()", self.plugin.initial_offset)
             offset_json(self.committed)
             self._started = True
         return self.planned[-1][2] if self.planned else self.committed
 
+    def _read_partitions(self, start: list[Any], end: list[Any], epoch: int | None) -> pa.RecordBatch | None:
+        """Every partition that moved, each read by an executor-side instance of its own."""
+        out = []
+        for index, (begin, until) in enumerate(zip(start, end, strict=True)):
+            if offset_json(begin) == offset_json(until):
+                continue
+            plugin = self._instance("executor", index)
+            try:
+                batch = self.job.call("read_between()", lambda p=plugin, b=begin, u=until: p.read_between(b, u))
+            finally:
+                self.job.call("close()", plugin.close)
+            self.calls.append(("read_between", epoch))
+            if batch is not None:
+                out.append(conform(self.job, batch, self.schema, "read_between()"))
+        return pa.concat_batches(out) if out else None
+
     def epoch(self, finalize: bool = True) -> pa.RecordBatch | None:
-        """Plan one epoch (``read`` from the last planned offset); unless the source had nothing,
-        call ``on_epoch_flushed`` and, with ``finalize``, ``on_epoch_finalized``. The batch, or None."""
+        """Plan one epoch (``read`` from the last planned offset; a partitioned source: ``latest_offset``
+        per partition, then ``read_between`` of each that moved); unless the source had nothing, call
+        ``on_epoch_flushed`` and, with ``finalize``, ``on_epoch_finalized``. The batch, or None."""
         start = self._start()
+        if self.planned_reads:
+            ends = [self.job.call("latest_offset()", lambda r=r, b=b: r.latest_offset(b))
+                    for r, b in zip(self.readers, start, strict=True)]
+            self.calls.append(("latest_offset", None))
+            if offset_json(ends) == offset_json(start):
+                return None
+            epoch = self.next_epoch
+            self.next_epoch += 1
+            self.planned.append((epoch, start, ends))
+            out = self._read_partitions(start, ends, epoch)
+            self._deliver(epoch, out, ends)
+            if finalize:
+                self.finalize()
+            return out
         batch, end = self.job.call("read()", lambda: self.plugin.read(start))
         self.calls.append(("read", None))
         if offset_json(end) == offset_json(start):
@@ -129,6 +175,9 @@ class SourceRunner:
         self.plugin = self._create()
         self.calls.append(("restart", None))
         for epoch, start, end in list(self.planned):
+            if self.planned_reads:
+                self._deliver(epoch, self._read_partitions(start, end, epoch), end)
+                continue
             batch = self.job.call("read_between()", lambda s=start, e=end: self.plugin.read_between(s, e))
             self.calls.append(("read_between", epoch))
             out = conform(self.job, batch, self.schema, "read_between()") if batch is not None else None

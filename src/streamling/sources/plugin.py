@@ -7,6 +7,11 @@ write-ahead log before the epoch runs. After a crash, the epoch in the log is re
 ``read_between(start, end)`` on an executor, and reading goes on from the last committed offset:
 a restart resumes where the last finalized epoch ended, whatever the plugin kept in memory.
 The epoch hooks (``on_epoch_flushed``, ``on_epoch_finalized``) run on a driver-side instance.
+
+A source that declares several partitions (``preferred_partitions``) is read in parallel instead:
+its offset is the list of its partitions' offsets; the source runner holds one instance per
+partition and only plans (``latest_offset``), and each partition that moved is one Spark input
+partition, read on an executor by an instance of its own with ``read_between(start, end)``.
 """
 
 from __future__ import annotations
@@ -53,9 +58,19 @@ def _data_source_class() -> type:
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
     class PluginPartition(InputPartition):
-        def __init__(self, start: Any, end: Any, data: bytes | None) -> None:
+        def __init__(self, start: Any, end: Any, data: bytes | None, index: int = -1) -> None:
             super().__init__(None)
-            self.start, self.end, self.data = start, end, data
+            self.start, self.end, self.data, self.index = start, end, data, index
+
+    def read_between(job: PluginJob, schema: pa.Schema, part: Any, partitions: int = 1) -> Iterator[pa.RecordBatch]:
+        """``part``'s rows read by an instance of its own on an executor (a replay, or a partition)."""
+        plugin: Any = job.create("executor", part.index, partitions=partitions)
+        try:
+            batch = job.on_executor("read_between()", lambda: plugin.read_between(part.start, part.end))
+            if batch is not None:
+                yield job.on_executor("read_between()", lambda: conform(job, batch, schema, "read_between()"))
+        finally:
+            job.on_executor("close()", plugin.close)
 
     class PluginStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def __init__(self, job: PluginJob, schema: pa.Schema) -> None:
@@ -110,14 +125,7 @@ def _data_source_class() -> type:
                         yield from stream
                 return
             # A replay after a restart: the plan's offsets, read again by the plugin.
-            plugin: Any = self.job.create("executor")
-            try:
-                batch = self.job.on_executor("read_between()", lambda: plugin.read_between(part.start, part.end))
-                if batch is not None:
-                    yield self.job.on_executor("read_between()", lambda: conform(self.job, batch, self.schema,
-                                                                                 "read_between()"))
-            finally:
-                self.job.on_executor("close()", plugin.close)
+            yield from read_between(self.job, self.schema, part)
 
         def commit(self, end: dict[str, Any]) -> None:
             # Spark will not plan anything up to ``end`` again: drop the batches read ahead for it.
@@ -131,13 +139,69 @@ def _data_source_class() -> type:
             if self.plugin is not None:
                 self.job.call("close()", self.plugin.close)
 
+    class PartitionedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        """Plans each partition's end on the driver; executors read the partitions in parallel."""
+
+        def __init__(self, job: PluginJob, schema: pa.Schema, partitions: int) -> None:
+            self.job = job
+            self.schema = schema
+            self.count = partitions
+            self.plugins: list[Any] = []
+
+        def _readers(self) -> list[Any]:
+            if not self.plugins:
+                self.plugins = [self.job.create("reader", i, partitions=self.count) for i in range(self.count)]
+            return self.plugins
+
+        def _offsets(self, offset: dict[str, Any]) -> list[Any]:
+            values = offset[WRAP]
+            if not isinstance(values, list) or len(values) != self.count:
+                held = len(values) if isinstance(values, list) else 1
+                raise self.job.error(
+                    f"the checkpoint holds offsets of {held} partition(s), but the source now reads {self.count}",
+                    hint="run it under a new application_id (or remove its checkpoint) to start over with the new "
+                         "partitioning")
+            return values
+
+        def initialOffset(self) -> dict[str, Any]:
+            return {WRAP: [self.job.call("initial_offset()", p.initial_offset) for p in self._readers()]}
+
+        def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+            ends = []
+            for plugin, begin in zip(self._readers(), self._offsets(start), strict=True):
+                end = self.job.call("latest_offset()", lambda p=plugin, b=begin: p.latest_offset(b))
+                offset_json(end)  # a JSON value, or a clear error now rather than in Spark's log
+                ends.append(end)
+            return {WRAP: ends}
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            """A bounded partition ends its own stream: ``latest_offset`` stops moving once it is exhausted."""
+
+        def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+            pairs = zip(self._offsets(start), self._offsets(end), strict=True)
+            return [PluginPartition(a, b, None, index=i) for i, (a, b) in enumerate(pairs)
+                    if offset_json(a) != offset_json(b)]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            yield from read_between(self.job, self.schema, partition, self.count)
+
+        def commit(self, end: dict[str, Any]) -> None:
+            """Nothing is held between plans: executors read every epoch themselves."""
+
+        def stop(self) -> None:
+            for plugin in self.plugins:
+                self.job.call("close()", plugin.close)
+            self.plugins = []
+
     class PluginDataSource(DataSource):
         @classmethod
         def name(cls) -> str:
             return FORMAT
 
         def streamReader(self, schema: Any) -> DataSourceStreamReader:
-            job, arrow = pickle.loads(base64.b64decode(self.options["job"]))
+            job, arrow, partitions = pickle.loads(base64.b64decode(self.options["job"]))
+            if partitions:
+                return PartitionedStreamReader(job, arrow, partitions)
             return PluginStreamReader(job, arrow)
 
     return PluginDataSource
@@ -155,6 +219,21 @@ class PluginSource(Source[PluginSourceOptions]):
         assert issubclass(cls, SourcePlugin)
         self.bounded = bool(cls.is_bounded(self.options.plugin_options))
         self.poll_interval_secs = cls.poll_interval_secs
+        #: partitions planned with ``latest_offset`` and read on executors; 0: read with ``read``
+        self.partitions = self._partitions(cls)
+
+    def _partitions(self, cls: type[SourcePlugin[Any]]) -> int:
+        """The partitions the plugin declares for these options, checked before anything runs; 0 for
+        a source that reads with ``read`` in Spark's source runner."""
+        count = self.job.call("preferred_partitions()", lambda: cls.preferred_partitions(self.options.plugin_options))
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise self.job.error(f"preferred_partitions() returned {count!r}, not a whole number of at least 1")
+        if count > 1 and cls.latest_offset is SourcePlugin.latest_offset:
+            raise self.job.error(
+                f"the plugin declares {count} partitions but does not define latest_offset(): a partitioned "
+                "source is planned partition by partition before executors read it with read_between()",
+                hint="define latest_offset(start) on the plugin, or declare one partition")
+        return count if cls.planned(self.options.plugin_options) else 0
 
     @property
     def job(self) -> PluginJob:
@@ -184,7 +263,7 @@ class PluginSource(Source[PluginSourceOptions]):
             _REGISTERED.add(id(spark))
         schema = self.spark_schema()
         arrow = to_arrow_schema(schema, timezone="UTC")
-        payload = base64.b64encode(cloudpickle.dumps((self.job, arrow))).decode()
+        payload = base64.b64encode(cloudpickle.dumps((self.job, arrow, self.partitions))).decode()
         return spark.readStream.format(FORMAT).schema(schema).option("job", payload).load()
 
     def _epoch(self, epoch: Epoch, end_offset: Any) -> PluginEpoch:
