@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from harness import Runner
 
@@ -150,7 +151,7 @@ def test_a_partitioned_plugin_source_is_read_in_parallel_one_instance_per_partit
       counter:
         type: journal.counter
         dir: {tmp_path}
-        options: {{rows: 100, batch: 20, partitions: 3}}
+        options: {{rows: 300, batch: 20, partitions: 3}}
     sinks:
       out: {{type: journal.files, from: counter, dir: {tmp_path}}}
     """
@@ -166,16 +167,16 @@ def test_a_partitioned_plugin_source_is_read_in_parallel_one_instance_per_partit
     finally:
         run.stop("test")
     stopped = [e["end"] for e in _journal(tmp_path) if e["hook"] == "source_finalized"][-1]
-    assert len(stopped) == 3 and 0 < sum(stopped) < 100  # one offset per partition
+    assert len(stopped) == 3 and 0 < sum(stopped) < 300  # one offset per partition
     runner.run(pipeline)
-    assert sorted(r["id"] for r in _written(tmp_path)) == list(range(100))  # every row once, across both runs
+    assert sorted(r["id"] for r in _written(tmp_path)) == list(range(300))  # every row once, across both runs
     journal = _journal(tmp_path)
     reads = [e for e in journal if e["hook"] == "read_between"]
     assert {e["partition"] for e in reads} == {0, 1, 2} and {e["role"] for e in reads} == {"executor"}
     # each epoch's partitions read by tasks of their own, written by a sink writer each
     flushed = [e for e in journal if e["hook"] == "sink_flushed" and e["epoch"] == 0]
     assert sorted(e["partition"] for e in flushed) == [0, 1, 2] and all(e["rows"] == 20 for e in flushed)
-    assert [e["end"] for e in journal if e["hook"] == "source_finalized"][-1] == [34, 33, 33]
+    assert [e["end"] for e in journal if e["hook"] == "source_finalized"][-1] == [100, 100, 100]
 
 
 def test_a_partitioned_plugin_source_without_latest_offset_is_refused_before_it_runs(runner: Runner) -> None:
@@ -186,6 +187,12 @@ def test_a_partitioned_plugin_source_without_latest_offset_is_refused_before_it_
         @classmethod
         def preferred_partitions(cls, options: Any) -> int:
             return 2
+
+        def output_schema(self) -> pa.Schema:
+            return pa.schema([("id", pa.int64())])
+
+        def read(self, start: Any) -> tuple[pa.RecordBatch | None, Any]:
+            return None, start
 
     with pytest.raises(StreamlingError) as info:
         runner.pipeline("""
