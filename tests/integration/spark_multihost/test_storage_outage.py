@@ -59,7 +59,10 @@ def test_a_storage_outage_is_retried_then_given_up_and_resumed_without_loss(
     env = {**os.environ, "STREAMLING__SPARK__MASTER": "local[1]", "STREAMLING__ADMIN_API_PORT": "0",
            "STREAMLING__APPLICATION_ID": unique_name,
            "STREAMLING__STATE_DIR": f"{two_hosts['STREAMLING_TEST_HDFS_URL']}/tests/{unique_name}/state",
-           "STREAMLING__RETRY__INITIAL_BACKOFF_MS": "200", "STREAMLING__RETRY__MAX_BACKOFF_MS": "1000"}
+           "STREAMLING__RETRY__INITIAL_BACKOFF_MS": "200", "STREAMLING__RETRY__MAX_BACKOFF_MS": "1000",
+           # the second run resumes the first one's checkpoint: a backend that keeps positions
+           "STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Sqlite",
+           "STREAMLING__STATE_BACKEND__SQLITE__DATABASE_PATH": str(tmp_path / "state.db")}
     cli = [str(Path(sys.executable).with_name("streamling")), "pipeline.yaml"]
     try:
         # 1. Three attempts, HDFS stays away: the run stops, its epoch in flight uncommitted.
@@ -79,6 +82,7 @@ def test_a_storage_outage_is_retried_then_given_up_and_resumed_without_loss(
                                          tmp_path / "resume.log", 6)
         assert code == 0, text[-3000:]
         assert "restarting it from its checkpoint in" in text and "pipeline finished" in text, text[-3000:]
+        assert "flow 'orders': resuming the checkpoint at hdfs://" in text, text[-3000:]
     finally:
         start_services("hdfs")
     table = spark.read.format("delta").load(str(tmp_path / "lake"))

@@ -51,13 +51,16 @@ def _run(tmp_path: Path, env: dict[str, str], lake: str, state: str) -> subproce
 
 def test_checkpoints_and_a_delta_table_on_s3(tmp_path: Path, s3: dict[str, str], unique_name: str) -> None:
     base = f"s3a://{s3['STREAMLING_TEST_S3_BUCKET']}/tests/{unique_name}"
-    env = _env(s3, unique_name)
+    # a backend that keeps positions, so the next run resumes the checkpoint on S3
+    env = {**_env(s3, unique_name), "STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Sqlite",
+           "STREAMLING__STATE_BACKEND__SQLITE__DATABASE_PATH": str(tmp_path / "state.db")}
     first = _run(tmp_path, env, f"{base}/lake", f"{base}/state")
     assert first.returncode == 0, first.stderr[-3000:]
     assert "pipeline finished" in first.stderr and "Traceback" not in first.stderr
     # Run again: the checkpoint on S3 says the source is drained, so nothing is written twice.
     again = _run(tmp_path, env, f"{base}/lake", f"{base}/state")
     assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming the checkpoint at {base}/state/" in again.stderr and " flushed " not in again.stderr
     # The table, read by a fresh Spark process with the same settings.
     conf = {k.removeprefix("STREAMLING__SPARK__CONF__"): v for k, v in env.items()
             if k.startswith("STREAMLING__SPARK__CONF__")}
