@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SRC_TAG = "__sl_src"
+#: How an interrupted JVM thread shows in a query's error (``FlowRunner.interrupted_by_stop``)
+_INTERRUPTED = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
+                "java.nio.channels.ClosedByInterruptException", "Failed to shutdown streamer")
 #: Keys that change how a node runs, not which rows it reads or writes: a checkpoint stays valid.
 _NOT_FINGERPRINTED = {"telemetry", "description", "parallelism", "batch_size", "batch_flush_interval"}
 
@@ -792,6 +795,17 @@ class FlowRunner:
                 break
             time.sleep(0.05)
         self.query.stop()
+
+    def interrupted_by_stop(self) -> bool:
+        """Whether the query ended with an error that our own stop caused. Spark interrupts the
+        query's thread on ``stop()``; an HDFS client interrupted while writing the next epoch's
+        offsets reports it as an ``IOException`` ("Failed to shutdown streamer") that Spark does not
+        take for an interruption. Nothing committed is lost: the epoch being planned is planned again
+        on the next start, from the same checkpoint."""
+        if not self._closing or self.query is None or self.query.isActive:
+            return False
+        exc = self.query.exception()
+        return exc is not None and any(marker in chain_text(exc) for marker in _INTERRUPTED)
 
     def _committing(self) -> bool:
         """True between the end of our batch function and Spark's commit of that epoch."""

@@ -177,7 +177,8 @@ class PipelineRun:
                 active = [r for r in self.runners if r.query is not None and r.query.isActive]
                 failed = [r for r in self.runners if r.failure is not None or
                           (r.query is not None and not r.query.isActive and r.query.exception() is not None
-                           and r.refused_epoch is None)]  # refused while stopping: a clean stop
+                           # refused while stopping, or interrupted by our stop: a clean stop
+                           and r.refused_epoch is None and not r.interrupted_by_stop())]
                 restarted = [r for r in failed if self._restarted_after_outage(r)]
                 if restarted:
                     continue  # their new queries are the active ones now
