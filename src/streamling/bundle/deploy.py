@@ -133,6 +133,7 @@ def build(bundle: Bundle) -> dict[str, dict[str, TaskBuild]]:
 
     problems: list[StreamlingError] = []
     builds: dict[str, dict[str, TaskBuild]] = {}
+    defaults = _state_defaults(bundle)
     for job in bundle.jobs.values():
         if job.schedule is not None:
             try:
@@ -159,7 +160,7 @@ def build(bundle: Bundle) -> dict[str, dict[str, TaskBuild]]:
             tb.application_id = tb.compiled.application_id or str(
                 bundle.target.config.get("application_id") or default_application_id(bundle.name, job.key, task.key))
             problems.extend(_cluster_problems(bundle, tb))
-            if (warning := _state_warning(bundle, tb)) and warning not in bundle.warnings:
+            if (warning := _state_warning(bundle, tb, defaults)) and warning not in bundle.warnings:
                 bundle.warnings.append(warning)
     if problems:
         raise ValidationError(problems)
@@ -192,23 +193,29 @@ def _cluster_problems(bundle: Bundle, tb: TaskBuild) -> list[StreamlingError]:
     return []
 
 
-def _state_warning(bundle: Bundle, tb: TaskBuild) -> str | None:
+def _state_defaults(bundle: Bundle) -> dict[str, str]:
+    """The deployment-defaults variable the target's drivers get (``driver.state_defaults``), once per build."""
+    from streamling.bundle.workspace import default_state_backend
+    from streamling.config.settings import DEPLOYMENT_DEFAULTS_ENV
+
+    config = bundle.target.config
+    state_dir = str(config.get("state_dir") or Workspace.for_target(bundle.target).state_dir)
+    backend = default_state_backend(state_dir, str((config.get("spark") or {}).get("master") or ""),
+                                    runner_settings(bundle)[0])
+    return {DEPLOYMENT_DEFAULTS_ENV: json.dumps({"state_backend": backend})} if backend else {}
+
+
+def _state_warning(bundle: Bundle, tb: TaskBuild, defaults: dict[str, str]) -> str | None:
     """A continuous job's task whose state backend keeps no position between driver starts (set to
     ``InMemory``, or no durable default at hand) is told so: every restart would read its sources again."""
-    from streamling.bundle.workspace import default_state_backend
     from streamling.config import load_settings
-    from streamling.config.settings import DEPLOYMENT_DEFAULTS_ENV
     from streamling.state import is_durable
 
     notebook = tb.task.notebook_path
     if tb.compiled is None or notebook is None or tb.job.continuous is None:
         return None
     config = bundle.target.config
-    state_dir = str(config.get("state_dir") or Workspace.for_target(bundle.target).state_dir)
-    backend = default_state_backend(state_dir, str((config.get("spark") or {}).get("master") or ""),
-                                    runner_settings(bundle)[0])
-    environ = {**os.environ, DEPLOYMENT_DEFAULTS_ENV: json.dumps({"state_backend": backend})} if backend \
-        else os.environ
+    environ = {**os.environ, **defaults}
     try:
         settings = load_settings(tb.compiled.config_name, environ=environ, cwd=notebook.parent, overrides=config)
     except StreamlingError:
