@@ -200,3 +200,24 @@ def test_a_partitioned_plugin_source_without_latest_offset_is_refused_before_it_
             sinks: {out: {type: blackhole, from: s}}
         """)
     assert "declares 2 partitions but does not define latest_offset()" in info.value.headline()
+
+
+def test_a_partitioned_source_whose_partition_count_changed_under_its_checkpoint_stops_with_both_counts(
+        runner: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamling.plugins.registry import find
+
+    pipeline = f"""
+    sources:
+      counter: {{type: journal.counter, dir: {tmp_path}, options: {{rows: 60, batch: 20, partitions: 3}}}}
+    sinks:
+      out: {{type: blackhole, from: counter}}
+    """
+    runner.run(pipeline, application_id="repartitioned")
+    # a new version of the plugin declares another count for the same options
+    info_ = find("source", "journal.counter")
+    assert info_ is not None
+    counter = info_.cls
+    monkeypatch.setattr(counter, "preferred_partitions", classmethod(lambda cls, options: 2))
+    with pytest.raises(StreamlingError) as info:
+        runner.run(pipeline, application_id="repartitioned")
+    assert "the checkpoint holds offsets of 3 partition(s), but the source now reads 2" in str(info.value)

@@ -267,8 +267,9 @@ class PipelineRun:
         if jvm is not None:
             return StreamlingError(f"flow '{runner.flow.name}' stopped: {jvm.what}", hint=jvm.hint, user=False,
                                    code="jvm_failed")
-        if exc is not None and (classified := _query_failure(runner, exc)).code.startswith(("storage_", "worker_")):
-            return classified.add_context(f"running flow '{runner.flow.name}'")
+        if exc is not None and not (classified := _query_failure(runner, exc)).code.startswith("flow_"):
+            # a node's own words (a plugin source failing while Spark plans), the storage, a worker
+            return classified if classified.node else classified.add_context(f"running flow '{runner.flow.name}'")
         return StreamlingError(f"flow '{runner.flow.name}' stopped: {java_message(exc) if exc else 'unknown error'}",
                                user=False, code="flow_failed")
 

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from streamling.errors import NodeFailure
 from streamling.plugins.api import PluginEpoch, SourcePlugin
 from streamling.plugins.host import GS_OP, PluginJob, conform, node_job, offset_json
 from streamling.runtime.nodes import Epoch, NodeContext, Source
@@ -87,21 +88,22 @@ def _data_source_class() -> type:
 
         def initialOffset(self) -> dict[str, Any]:
             plugin = self._reader()
-            return {WRAP: self.job.call("initial_offset()", plugin.initial_offset)}
+            return {WRAP: self.job.on_executor("initial_offset()", plugin.initial_offset)}
 
         def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
             plugin = self._reader()
-            got = self.job.call("read()", lambda: plugin.read(start[WRAP]))
+            got = self.job.on_executor("read()", lambda: plugin.read(start[WRAP]))
             if not (isinstance(got, tuple) and len(got) == 2):
-                raise self.job.error(f"read() must return (batch or None, end offset), got {type(got).__name__}")
+                raise NodeFailure.of(self.job.error(
+                    f"read() must return (batch or None, end offset), got {type(got).__name__}"))
             batch, end = got
             key = (offset_json(start[WRAP]), offset_json(end))
             if batch is not None:
                 batch = conform(self.job, batch, self.schema, "read()")
             if key[0] == key[1]:
                 if batch is not None and batch.num_rows:
-                    raise self.job.error(f"read() returned {batch.num_rows} rows but did not move the offset "
-                                         f"past {key[0]}; the rows would be read again forever")
+                    raise NodeFailure.of(self.job.error(f"read() returned {batch.num_rows} rows but did not move the "
+                                                        f"offset past {key[0]}; the rows would be read again forever"))
                 return start
             sink = pa.BufferOutputStream()
             if batch is not None and batch.num_rows:
@@ -137,7 +139,7 @@ def _data_source_class() -> type:
 
         def stop(self) -> None:
             if self.plugin is not None:
-                self.job.call("close()", self.plugin.close)
+                self.job.on_executor("close()", self.plugin.close)
 
     class PartitionedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Plans each partition's end on the driver; executors read the partitions in parallel."""
@@ -157,19 +159,19 @@ def _data_source_class() -> type:
             values = offset[WRAP]
             if not isinstance(values, list) or len(values) != self.count:
                 held = len(values) if isinstance(values, list) else 1
-                raise self.job.error(
+                raise NodeFailure.of(self.job.error(
                     f"the checkpoint holds offsets of {held} partition(s), but the source now reads {self.count}",
                     hint="run it under a new application_id (or remove its checkpoint) to start over with the new "
-                         "partitioning")
+                         "partitioning"))
             return values
 
         def initialOffset(self) -> dict[str, Any]:
-            return {WRAP: [self.job.call("initial_offset()", p.initial_offset) for p in self._readers()]}
+            return {WRAP: [self.job.on_executor("initial_offset()", p.initial_offset) for p in self._readers()]}
 
         def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
             ends = []
             for plugin, begin in zip(self._readers(), self._offsets(start), strict=True):
-                end = self.job.call("latest_offset()", lambda p=plugin, b=begin: p.latest_offset(b))
+                end = self.job.on_executor("latest_offset()", lambda p=plugin, b=begin: p.latest_offset(b))
                 offset_json(end)  # a JSON value, or a clear error now rather than in Spark's log
                 ends.append(end)
             return {WRAP: ends}
@@ -190,7 +192,7 @@ def _data_source_class() -> type:
 
         def stop(self) -> None:
             for plugin in self.plugins:
-                self.job.call("close()", plugin.close)
+                self.job.on_executor("close()", plugin.close)
             self.plugins = []
 
     class PluginDataSource(DataSource):
