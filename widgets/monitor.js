@@ -138,7 +138,7 @@ function render({ model, el }) {
   const chartTabs = h("div", { class: "sl-tabs", role: "tablist" }, ratesTab, durationsTab);
   const timeline = h("div", { class: "sl-timeline" });
   const select = h("select", { class: "sl-select", "data-testid": "sl-node-select", "aria-label": "node" });
-  const sampleMeta = h("span", { class: "sl-muted" });
+  const sampleMeta = h("span", { class: "sl-muted", "data-testid": "sl-sample-meta" });
   const sample = h("div", { class: "sl-sample" });
   const root = h(
     "div",

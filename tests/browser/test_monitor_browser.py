@@ -130,6 +130,10 @@ def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
                 "() => document.querySelectorAll('[data-testid=sl-epoch][data-state=finalized]').length >= 3",
                 timeout=120_000)
             timings["third finalized epoch"] = time.monotonic() - started
+            # The in-flight batch follows the run: a later epoch's rows replace epoch #0's.
+            page.wait_for_function(
+                "() => /epoch #[1-9]/.test((document.querySelector('[data-testid=sl-sample-meta]') || {}).textContent)",
+                timeout=120_000)
             assert monitor.locator("[data-testid=sl-rate-chart] polyline").count() >= 2
             page.wait_for_function(
                 "() => Number(document.querySelector('[data-testid=sl-node][data-node=out]').dataset.rows) > 0",

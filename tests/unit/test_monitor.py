@@ -432,6 +432,8 @@ def test_sampling_is_held_to_its_share_of_the_run() -> None:
     bus = ev.EventBus()
     bus.sample_rows, bus.sample_share = 20, 0.05
     assert bus.wants_sample("f")  # the first epoch always
+    bus.sampled("f", 30.0)  # a cold first sample sets no budget: the next epoch is sampled warm
+    assert bus.wants_sample("f")
     bus.sampled("f", 0.01)  # 10 ms of samples: the next no sooner than 200 ms later
     assert not bus.wants_sample("f")
     time.sleep(0.25)

@@ -120,6 +120,7 @@ class EventBus:
         self.sample_share = 0.0
         self._sampled_at: dict[str, float] = {}
         self._sample_cost: dict[str, float] = {}
+        self._samples_taken: dict[str, int] = {}
 
     def wants_sample(self, flow: str) -> bool:
         """Whether this epoch of ``flow`` is sampled (sampling on, and its interval passed)."""
@@ -135,8 +136,14 @@ class EventBus:
         return True
 
     def sampled(self, flow: str, seconds: float) -> None:
-        """What taking the samples of ``flow``'s last sampled epoch cost (for ``sample_share``)."""
-        self._sample_cost[flow] = seconds
+        """What taking the samples of ``flow``'s last sampled epoch cost (for ``sample_share``).
+
+        A flow's first sample pays for the session's cold start (the first Arrow collect, code
+        generation) and would hold the next one off for minutes, so the monitor showed epoch #0 long
+        after later ones ran: it sets no budget, the next epoch is sampled warm and its cost counts."""
+        taken = self._samples_taken.get(flow, 0) + 1
+        self._samples_taken[flow] = taken
+        self._sample_cost[flow] = seconds if taken > 1 else 0.0
 
     def rows_to_sample(self, node: str) -> int:
         """Rows kept of ``node`` in a sampled epoch (0: the node is not sampled)."""

@@ -489,6 +489,7 @@ class FlowRunner:
         # sampled (notebook monitor; live inspect every refresh_in_secs) — a sample's ``limit`` job
         # must not re-run the source. The source is then scanned once.
         sampled = self.bus.wants_sample(self.flow.name)
+        sample_secs = 0.0
         fan_out = (len(self.sinks) > 1 or bool(self.side_outputs) or sampled
                    or any(isinstance(node, Transform) and node.reads_batch_eagerly
                           for node in (self.plan.nodes[t.name] for t in self.flow.transforms)))
@@ -557,7 +558,9 @@ class FlowRunner:
                 self._observed_input[batch_id] = sum(int(observed[s.name + INPUT][ROWS]) for s in self.sources)
             # After the sinks: their jobs filled the observations; a sample's limited job must not.
             if sampled:
+                t0 = time.perf_counter()
                 self._sample(epoch, frames, observed)
+                sample_secs = time.perf_counter() - t0
         finally:
             if cached[0]:
                 batch.unpersist()
@@ -566,8 +569,9 @@ class FlowRunner:
             source.on_flushed(epoch, planned[i] if i < len(planned) else None)
         durations["total"] = (time.perf_counter() - started) * 1000
         seconds = durations["total"] / 1000
-        if sampled:  # conservative until an unsampled epoch is known: the whole epoch counts
-            self.bus.sampled(self.flow.name, max(0.0, seconds - (self._plain_epoch_secs or 0.0)))
+        if sampled:  # the limit jobs, or more when the epoch ran longer than a plain one (the cached batch)
+            extra = seconds - self._plain_epoch_secs if self._plain_epoch_secs is not None else 0.0
+            self.bus.sampled(self.flow.name, max(sample_secs, extra))
         else:
             self._plain_epoch_secs = seconds
         self.last_epoch = batch_id
