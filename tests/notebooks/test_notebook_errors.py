@@ -116,6 +116,34 @@ def test_a_parameter_reference_in_a_cell(tmp_path: Path, monkeypatch: pytest.Mon
     assert "from:\n    - orders\n" in printed
 
 
+def test_a_script_that_does_not_load_fails_its_own_cell_without_a_jvm(tmp_path: Path) -> None:
+    """The node is built as ``--validate`` builds it when its cell runs: the syntax error stops the
+    notebook there (not at ``run``), and the previous definition of the node stays current."""
+    nb, error = execute(tmp_path, "%load_ext streamling",
+                        "%%streamling source orders\ntype: generate\nrows: 10\n",
+                        "%%streamling transform tagged --from orders --type script\n"
+                        "function process(row) { return {...row, tag: 'a'}; }",
+                        "%%streamling transform tagged --from orders --type script\n"
+                        "function process(row) { return {...row ; }",
+                        "print('after the failure')")
+    assert error is not None
+    [output] = _errors(nb.cells[3])
+    _assert_clean(output)
+    assert output.evalue.startswith("Node 'tagged': the script does not load: SyntaxError"), output.evalue
+    assert nb.cells[4].execution_count is None
+    magics = "get_ipython().magics_manager.registry['StreamlingMagics'].pipeline"
+    nb, error = execute(tmp_path, "%load_ext streamling",
+                        "%%streamling source orders\ntype: generate\nrows: 10\n",
+                        "%%streamling transform tagged --from orders --type script\n"
+                        "function process(row) { return {...row, tag: 'a'}; }",
+                        "try:\n    get_ipython().run_cell_magic('streamling', 'transform tagged --from orders --type "
+                        "script', 'function process(row) { return {...row ; }')\nexcept Exception as exc:\n"
+                        "    print(type(exc).__name__)",
+                        f"print({magics}.to_yaml())")
+    assert error is None
+    printed = "".join(o.text for cell in nb.cells[3:] for o in cell.outputs if o.output_type == "stream")
+    assert "PipelineError" in printed and "tag: 'a'" in printed and "...row ;" not in printed, printed
+
 
 @pytest.mark.spark
 def test_a_sql_mistake_shows_one_error_and_no_spark_output(tmp_path: Path) -> None:

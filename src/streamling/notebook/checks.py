@@ -8,9 +8,11 @@ is only noted, and ``validate``/``show``/``run`` fail if it is still missing the
 other nodes were reported by their own cells; whole-pipeline ones (no sink yet, nodes without
 consumers) are what an unfinished notebook looks like.
 
-When the kernel already has a Spark session, a cell also resolves its node's output schema
-(``resolved_schema``), as ``show`` does but for the node and what it reads only: analysis on
-empty batches, no job over data. Without a warm session nothing starts a JVM.
+A cell also builds its node and what it reads as ``--validate`` does (``resolved_schema``), which
+needs no JVM: a script that does not load fails its own cell. When the kernel already has a Spark
+session, it also resolves the node's output schema, as ``show`` does but for the node and what it
+reads only: analysis on empty batches, no job over data. Without a warm session nothing starts a
+JVM.
 """
 
 from __future__ import annotations
@@ -91,12 +93,14 @@ class NodeSchema:
 
 
 def resolved_schema(document: dict[str, Any], name: str, settings: Settings,
-                    spark: SparkSession) -> NodeSchema | None:
+                    spark: SparkSession | None) -> NodeSchema | None:
     """Node ``name``'s schema, resolved on empty batches of the node and the nodes it reads.
 
-    A problem of the node itself (an unknown column in its SQL, a key it does not have) raises
-    the error ``show`` gives for it. ``None`` when the pipeline around the node does not plan
-    yet (another node's problem, reported by that node's cell and by ``show``).
+    A problem of the node itself (an unknown column in its SQL, a key it does not have, a script
+    that does not load) raises the error ``show`` gives for it. The node is always built as
+    ``--validate`` builds it, which needs no JVM; without a ``spark`` session nothing is analysed
+    and the result is ``None``, as it is when the pipeline around the node does not plan yet
+    (another node's problem, reported by that node's cell and by ``show``).
     """
     from streamling.runtime.planner import analyze, build_plan
 
@@ -107,6 +111,8 @@ def resolved_schema(document: dict[str, Any], name: str, settings: Settings,
         plan = build_plan(spec, settings, dry_run=True)
     except StreamlingError as exc:
         _raise_own(exc, name)
+        return None
+    if spark is None:
         return None
     try:
         analyze(plan, spark)

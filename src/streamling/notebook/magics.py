@@ -155,7 +155,11 @@ class StreamlingMagics(Magics):
             return self._define(args, body)
 
     def _define(self, args: argparse.Namespace, body: str) -> Any:
-        node = cell_node(args, body, self._parameters(body))
+        try:
+            node = cell_node(args, body, self._parameters(body))
+        except StreamlingError as exc:  # a body that does not parse is its node's problem
+            exc.node = exc.node or args.name
+            raise
         if node.kind == "pipeline":
             self.pipeline.load_document(node.definition)
             return self._validated()
@@ -187,7 +191,7 @@ class StreamlingMagics(Magics):
                                                f"{html_lines}</div>")
 
     def _validated(self) -> render.Rendered:
-        spec = self.pipeline.spec()
+        spec = self.pipeline.plan(analyze=None).spec
         counts = {k: len(spec.of_kind(k)) for k in ("source", "transform", "sink")}
         return render.Rendered(f"pipeline is valid: {counts['source']} sources, {counts['transform']} transforms, "
                                f"{counts['sink']} sinks")

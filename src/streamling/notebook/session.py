@@ -358,19 +358,20 @@ class NotebookPipeline:
 
     def node_schema(self, name: str) -> NodeSchema | None:
         """Node ``name``'s resolved schema when this pipeline already has a Spark session; ``None``
-        without one, since a definition cell must stay instant (see ``checks.resolved_schema``)."""
-        if self._spark is None:
-            return None
+        without one, since a definition cell must stay instant: the node is then only built, which
+        raises its own problems (see ``checks.resolved_schema``)."""
         from streamling.notebook.checks import resolved_schema
 
         return resolved_schema(self.document(), name, self.settings(), self._spark)
 
-    def plan(self, analyze: bool = False, **overrides: Any) -> Plan:
+    def plan(self, analyze: bool | None = False, **overrides: Any) -> Plan:
+        """The pipeline built as ``--validate`` builds it; analysed on Spark when ``analyze`` (``None``:
+        only when the kernel already has a session, so a check never starts a JVM)."""
         from streamling.runtime.planner import analyze as analyze_plan
         from streamling.runtime.planner import build_plan
 
         plan = build_plan(self.spec(), self.settings(**overrides), dry_run=True)
-        if analyze:
+        if analyze or (analyze is None and self._spark is not None):
             analyze_plan(plan, self.spark())
         return plan
 
