@@ -35,6 +35,15 @@ class Lab:
     token: str
     root: Path
     log: Path
+    data_dir: Path  # the server's JUPYTER_DATA_DIR: its notebook signatures live there
+
+    def trust(self, notebook: str) -> None:
+        """Sign a notebook as this server's user would with "Trust Notebook"."""
+        from nbformat.sign import NotebookNotary
+
+        path = self.root / notebook
+        nb = nbformat.read(path, as_version=4)
+        NotebookNotary(data_dir=str(self.data_dir)).sign(nb)
 
     def open_url(self, notebook: str) -> str:
         # ``reset``: start from an empty workspace, whatever a previous session left.
@@ -72,7 +81,7 @@ def running_lab(tmp_path: Path) -> Iterator[Lab]:
     env = {**os.environ,
            "JUPYTER_CONFIG_DIR": str(private / "config"), "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
            "JUPYTERLAB_SETTINGS_DIR": str(private / "lab-settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(private / "workspaces"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(private / "workspaces"), "JUPYTER_DATA_DIR": str(private / "data"),
            "STREAMLING_CACHE_DIR": os.environ.get("STREAMLING_CACHE_DIR", str(ROOT / ".cache"))}
     log = tmp_path / "jupyter.log"
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
@@ -97,7 +106,7 @@ def running_lab(tmp_path: Path) -> Iterator[Lab]:
                 if time.monotonic() > deadline:
                     pytest.fail(f"JupyterLab did not answer on {url} within 120 s:\n{log.read_text()}")
                 time.sleep(0.5)
-        yield Lab(url, token, root, log)
+        yield Lab(url, token, root, log, private / "data")
     finally:
         proc.terminate()  # the server shuts its kernels down; their Spark JVMs exit with them
         try:
