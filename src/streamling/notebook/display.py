@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import traitlets
@@ -31,6 +31,7 @@ from streamling.errors import StreamlingError, java_message, spark_sql_message
 from streamling.notebook import render
 from streamling.notebook.widget import SummarizedWidget, front_end
 from streamling.runtime import events as ev
+from streamling.runtime.nodes import Sink, TargetReader
 from streamling.util import did_you_mean, json_safe
 
 if TYPE_CHECKING:
@@ -44,161 +45,6 @@ MAX_ROWS = 10_000
 _WATCH_SECS = 0.5
 
 Seed = Callable[[str], "ev.RowsSampled | None"]
-
-
-class TargetReader(Protocol):
-    """Reads what a sink wrote: the latest rows of its target, at most ``limit``."""
-
-    @property
-    def caption(self) -> str:
-        """What the rows are, shown as the widget's caption."""
-
-    def read(self, limit: int) -> tuple[pa.Table, list[str]]:
-        """The rows and the type name of each column (as the target calls it)."""
-
-    def error_text(self, exc: BaseException) -> str:
-        """A failed read in words: what was queried, where, and why."""
-
-    def close(self) -> None: ...
-
-
-# --- sink targets -----------------------------------------------------------------------------------
-
-
-def _arrow(names: list[str], rows: list[tuple[Any, ...]]) -> pa.Table:
-    """Rows from a database cursor as Arrow; a column Arrow cannot type (mixed JSON) becomes text."""
-    arrays = []
-    for i in range(len(names)):
-        values = [row[i] for row in rows]
-        try:
-            arrays.append(pa.array(values))
-        except (pa.ArrowException, TypeError, ValueError):
-            arrays.append(pa.array([None if v is None else str(json_safe(v)) for v in values], pa.string()))
-    return pa.Table.from_arrays(arrays, names=names)
-
-
-class PostgresTarget:
-    """The table of a ``postgres`` sink (or the aggregate table of ``postgres_aggregate``), newest
-    keys first; connections come from ``streamling.postgres`` with the sink's own settings."""
-
-    def __init__(self, sink: Any, table: str, key: Callable[[], list[str]]) -> None:
-        self.sink = sink
-        self.schema, self.table = str(sink.options.schema_), table
-        self.key = key
-        self.where = f'"{self.schema}"."{table}" on {sink.target}'
-        self._pool: Any = None
-
-    @property
-    def caption(self) -> str:
-        keys = self.key()
-        order = (f"the highest primary key ({', '.join(keys)}) first" if keys
-                 else "as stored (no primary key to order by)")
-        return f"rows of table {self.where}, {order}; queried after each committed epoch"
-
-    def read(self, limit: int) -> tuple[pa.Table, list[str]]:
-        from psycopg import sql
-
-        keys = self.key()
-        order: sql.Composable = sql.SQL("")
-        if keys:
-            order = sql.SQL(" ORDER BY ") + sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k))
-                                                                for k in keys)
-        query = sql.SQL("SELECT * FROM {}{} LIMIT %s").format(sql.Identifier(self.schema, self.table), order)
-        with self._connections().connection() as conn, conn.cursor() as cur:
-            cur.execute(query, (limit,))
-            description = cur.description or []
-            rows = cur.fetchall()
-            # The declared types (bigint, numeric(12,2)), not the wire names psycopg knows (int8, numeric).
-            cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
-                        "%s::regclass AND attnum > 0 AND NOT attisdropped",
-                        (sql.Identifier(self.schema, self.table).as_string(conn),))
-            declared = dict(cur.fetchall())
-        names = [c.name for c in description]
-        return _arrow(names, rows), [declared.get(c.name, c.type_display) for c in description]
-
-    def _connections(self) -> Any:
-        if self._pool is None:
-            from streamling.postgres import PoolSettings, PostgresPool
-
-            settings = self.sink.conn_settings
-            self._pool = PostgresPool(settings.conninfo(), target=self.sink.target,
-                                      describe=f"display of '{self.sink.name}'",
-                                      application_name=f"streamling:display:{self.sink.name}",
-                                      settings=PoolSettings.from_sink(settings), autocommit=True)
-        return self._pool
-
-    def error_text(self, exc: BaseException) -> str:
-        from streamling.postgres import first_line, mask
-
-        return f"querying {self.where} failed: {mask(first_line(exc), [self.sink.conn_settings.pass_])}"
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-
-
-class DeltaTarget:
-    """The Delta table of a ``delta`` sink, read with the run's SparkSession."""
-
-    def __init__(self, sink: Any, spark: Any) -> None:
-        self.path = str(sink.path)
-        self.spark = spark
-        self.caption = f"rows of the Delta table at {self.path} (in storage order); read after each committed epoch"
-
-    def read(self, limit: int) -> tuple[pa.Table, list[str]]:
-        table = self.spark.read.format("delta").load(self.path).limit(limit).toArrow()
-        return table, [str(f.type) for f in table.schema]
-
-    def error_text(self, exc: BaseException) -> str:
-        return f"reading the Delta table at {self.path} failed: {java_message(exc)}"
-
-    def close(self) -> None:
-        return None
-
-
-class ClickHouseTarget:
-    """The table of a ``clickhouse`` sink, highest sort key first (``FINAL``: replaced rows merged)."""
-
-    def __init__(self, sink: Any) -> None:
-        self.sink = sink
-        self.final = bool(sink.options.append_only_mode)
-        self.caption = (f"rows of ClickHouse table {sink.database}.{sink.table}, the highest primary key "
-                        f"({', '.join(sink.key)}) first; queried after each committed epoch")
-        self._client: Any = None
-
-    def read(self, limit: int) -> tuple[pa.Table, list[str]]:
-        from streamling.clickhouse import connect, quote_identifier
-
-        if self._client is None:
-            self._client = connect(self.sink.conn, send_receive_timeout=30)
-        order = ", ".join(f"{quote_identifier(k)} DESC" for k in self.sink.key)
-        query = (f"SELECT * FROM {self.sink.target}{' FINAL' if self.final else ''}"
-                 f"{' ORDER BY ' + order if order else ''} LIMIT {int(limit)}")
-        table = self._client.query_arrow(query, use_strings=True)
-        return table, [str(f.type) for f in table.schema]
-
-    def error_text(self, exc: BaseException) -> str:
-        from streamling.clickhouse import first_line
-
-        return f"querying ClickHouse table {self.sink.database}.{self.sink.table} failed: {first_line(exc)}"
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-
-
-def target_reader(sink_type: str, sink: Any, spark: Any) -> TargetReader | None:
-    """How to read what a sink wrote; None for sinks that keep nothing to query (print, kafka, …)."""
-    if sink_type == "postgres":
-        return PostgresTarget(sink, str(sink.options.table), lambda: list(sink.key))
-    if sink_type == "postgres_aggregate":
-        groups = list(sink.options.group_by) or ["key"]  # no group_by: one row with key = 1
-        return PostgresTarget(sink, str(sink.options.agg_table), lambda: groups)
-    if sink_type == "delta":
-        return DeltaTarget(sink, spark)
-    if sink_type == "clickhouse":
-        return ClickHouseTarget(sink)
-    return None
 
 
 # --- the widget ---------------------------------------------------------------------------------------
@@ -286,7 +132,8 @@ class ResultView(SummarizedWidget):
             return
         spec = plan.spec.nodes[self.node]
         flow = next(f.name for f in plan.flows if self.node in f.node_names)
-        reader = target_reader(spec.type, plan.nodes[self.node], pipeline.spark) if spec.kind == "sink" else None
+        node = plan.nodes[self.node]
+        reader = node.read_back(pipeline.spark) if isinstance(node, Sink) else None
         if reader is not None:
             sampled, caption = [], reader.caption
         elif spec.kind == "sink":

@@ -278,10 +278,9 @@ class FlowRunner:
         committed, offsets = self._last_committed()
         after = f"after epoch {committed}" + (f" (the checkpoint's last committed offsets: {offsets})"
                                               if offsets else "")
-        backfill = ("To backfill, run under a new application_id: it reads the sources from their start"
-                    + ("; a Kafka source then starts at its starting_offsets, since its state-backend offsets are "
-                       "kept per application_id" if any(s.ctx.spec.type == "kafka" for s in self.sources)
-                       else "") + ".")
+        notes = sorted({s.new_application_note for s in self.sources if s.new_application_note})
+        backfill = "To backfill, run under a new application_id: it reads the sources from their start" + "".join(
+            f"; {note}" for note in notes) + "."
         if not isinstance(recorded, dict):
             if committed is None:
                 return  # nothing was committed: every node sees every row

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 from streamling.config import Settings
 from streamling.errors import StreamlingError
@@ -18,6 +18,7 @@ from streamling.spec.nodes import NodeOptions
 from streamling.spec.pipeline import NodeSpec
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -146,6 +147,12 @@ class Source(Node[OptionsT]):
     #: file source): the flow triggers epochs at least that often. None: epochs follow
     #: ``checkpoint_interval_sec``.
     poll_interval_secs: float | None = None
+    #: why this source must be the only one of its flow (its transforms and sinks read nothing
+    #: else), or None when it may share a flow
+    exclusive_in_flow: ClassVar[str | None] = None
+    #: what reading "from the start" under a new ``application_id`` means for this source, when
+    #: that is not simply its configured start (said when a checkpoint's topology changed)
+    new_application_note: ClassVar[str | None] = None
 
     @abstractmethod
     def read_stream(self, spark: SparkSession) -> DataFrame:
@@ -218,6 +225,23 @@ class Transform(Node[OptionsT]):
         """Release clients; called once when the pipeline stops."""
 
 
+class TargetReader(Protocol):
+    """Reads back what a sink wrote (the notebook's ``display`` of a sink): the latest rows of its
+    target, at most ``limit``."""
+
+    @property
+    def caption(self) -> str:
+        """What the rows are, shown as the widget's caption."""
+
+    def read(self, limit: int) -> tuple[pa.Table, list[str]]:
+        """The rows and the type name of each column (as the target calls it)."""
+
+    def error_text(self, exc: BaseException) -> str:
+        """A failed read in words: what was queried, where, and why."""
+
+    def close(self) -> None: ...
+
+
 class Sink(Node[OptionsT]):
     """Writes each micro-batch; ``write`` returns only once the rows are durable."""
 
@@ -267,3 +291,17 @@ class Sink(Node[OptionsT]):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; called once when the flow stops."""
+
+    #: why this sink type cannot run without a primary key (Streamling refuses it whatever
+    #: ``enforce_primary_keys`` says); None: a sink without one warns, or fails under that switch
+    primary_key_reason: ClassVar[str | None] = None
+
+    def missing_key_error(self) -> StreamlingError:
+        """The validation error of a sink whose ``primary_key_reason`` is set and that has no key."""
+        return self.ctx.error(f"requires a primary key: {self.primary_key_reason}", code="primary_key_required",
+                              hint="set primary_key on the sink or on a node upstream")
+
+    def read_back(self, spark: SparkSession) -> TargetReader | None:
+        """How to query what this sink wrote (a table), for the notebook's ``display``; None for a
+        sink that keeps nothing to query (print, kafka, webhook, …)."""
+        return None

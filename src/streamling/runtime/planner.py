@@ -171,13 +171,12 @@ def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) ->
     _report_ineffective_keys(plan)
     _check_cluster_storage(plan)
     for flow in plan.flows:
-        phased = [s.name for s in flow.sources if s.type == "hybrid"]
-        if phased and len(flow.sources) > 1:
-            others = [s.name for s in flow.sources if s.name != phased[0]]
+        alone = [source for source in plan.sources(flow) if source.exclusive_in_flow is not None]
+        if alone and len(flow.sources) > 1:
+            others = [s.name for s in flow.sources if s.name != alone[0].name]
             raise StreamlingError(
-                f"hybrid source '{phased[0]}' shares a flow with {others}: "
-                "a hybrid source switches its flow's query from the backfill to the live topic, so it must be the "
-                "only source its transforms and sinks read", code="hybrid_not_alone",
+                f"{alone[0].ctx.spec.type} source '{alone[0].name}' shares a flow with {others}: "
+                f"{alone[0].exclusive_in_flow}", code="hybrid_not_alone",
                 hint="give the other sources their own transforms and sinks")
     if settings.job_mode:
         unbounded = [s.name for f in plan.flows for s in f.sources
@@ -242,17 +241,9 @@ def _check_sink_keys(plan: Plan) -> list[StreamlingError]:
     for spec in plan.spec.sinks:
         if plan.keys.get(spec.name):
             continue
-        if spec.type == "kafka":  # its message key, required whatever enforce_primary_keys says (Streamling)
-            problems.append(StreamlingError(f"kafka sink '{spec.name}' requires a primary key",
-                                            code="primary_key_required", hint="set primary_key on the sink or on a "
-                                            "node upstream; it becomes the message key"))
-            continue
-        if spec.type in ("clickhouse", "postgres_aggregate"):  # Streamling requires it on these sinks too
-            problems.append(spec.error("requires a primary key: it is the table's ORDER BY and the key rows of "
-                                       "one epoch are deduplicated by" if spec.type == "clickhouse" else
-                                       "requires a primary key: the landing table's rows are keyed by it",
-                                       code="primary_key_required",
-                                       hint="set primary_key on the sink or on a node upstream"))
+        sink = plan.nodes[spec.name]
+        if isinstance(sink, Sink) and sink.primary_key_reason is not None:
+            problems.append(sink.missing_key_error())
             continue
         message = ("no primary key (none declared, none inherited from its inputs): updates and deletes cannot "
                    "be matched to earlier rows")

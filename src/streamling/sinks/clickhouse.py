@@ -26,7 +26,7 @@ import time
 from typing import TYPE_CHECKING, ClassVar
 
 from streamling.errors import StreamlingError
-from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
+from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
 from streamling.spec.nodes import ClickHouseSinkOptions
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ _NESTED = ("struct", "array", "map", "variant")
 class ClickHouseSink(Sink[ClickHouseSinkOptions]):
     #: written from the driver in large inserts, one epoch after the other
     honoured_keys: ClassVar[frozenset[str]] = frozenset()
+    primary_key_reason = "it is the table's ORDER BY and the key rows of one epoch are deduplicated by"
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
@@ -164,6 +165,9 @@ class ClickHouseSink(Sink[ClickHouseSinkOptions]):
             self._client.close()
             self._client = None
 
+    def read_back(self, spark: SparkSession) -> TargetReader:
+        return ClickHouseTableReader(self)
+
     # --- writing --------------------------------------------------------------------------------
 
     def _collect(self, df: DataFrame) -> pa.Table:
@@ -241,3 +245,34 @@ class ClickHouseSink(Sink[ClickHouseSinkOptions]):
             raise self._fail(f"deleting the keys of epoch {epoch.epoch_id} from {self.database}.{self.table}",
                              exc) from exc
 
+
+class ClickHouseTableReader:
+    """The sink's table, highest sort key first (``FINAL``: replaced rows merged), on a client of
+    its own (the display's reads run beside the sink's inserts)."""
+
+    def __init__(self, sink: ClickHouseSink) -> None:
+        self.sink = sink
+        self.final = bool(sink.options.append_only_mode)
+        self.caption = (f"rows of ClickHouse table {sink.database}.{sink.table}, the highest primary key "
+                        f"({', '.join(sink.key)}) first; queried after each committed epoch")
+        self._client: Client | None = None
+
+    def read(self, limit: int) -> tuple[pa.Table, list[str]]:
+        from streamling.clickhouse import connect, quote_identifier
+
+        if self._client is None:
+            self._client = connect(self.sink.conn, send_receive_timeout=30)
+        order = ", ".join(f"{quote_identifier(k)} DESC" for k in self.sink.key)
+        query = (f"SELECT * FROM {self.sink.target}{' FINAL' if self.final else ''}"
+                 f"{' ORDER BY ' + order if order else ''} LIMIT {int(limit)}")
+        table = self._client.query_arrow(query, use_strings=True)
+        return table, [str(f.type) for f in table.schema]
+
+    def error_text(self, exc: BaseException) -> str:
+        from streamling.clickhouse import first_line
+
+        return f"querying ClickHouse table {self.sink.database}.{self.sink.table} failed: {first_line(exc)}"
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()

@@ -15,13 +15,35 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from streamling import storage
-from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
+from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
 from streamling.runtime.observe import Counted
 from streamling.sinks.common import last_row_per_key, op_column
 from streamling.spec.nodes import DeltaSinkOptions
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
+
+
+class DeltaTableReader:
+    """The table at ``path``, read with the run's SparkSession (in storage order)."""
+
+    def __init__(self, path: str, spark: SparkSession) -> None:
+        self.path = path
+        self.spark = spark
+        self.caption = f"rows of the Delta table at {path} (in storage order); read after each committed epoch"
+
+    def read(self, limit: int) -> tuple[pa.Table, list[str]]:
+        table = self.spark.read.format("delta").load(self.path).limit(limit).toArrow()
+        return table, [str(f.type) for f in table.schema]
+
+    def error_text(self, exc: BaseException) -> str:
+        from streamling.errors import java_message
+
+        return f"reading the Delta table at {self.path} failed: {java_message(exc)}"
+
+    def close(self) -> None:
+        return None
 
 
 class DeltaSink(Sink[DeltaSinkOptions]):
@@ -109,3 +131,5 @@ class DeltaSink(Sink[DeltaSinkOptions]):
         writer.save(self.path)
         self._exists = True
 
+    def read_back(self, spark: SparkSession) -> TargetReader:
+        return DeltaTableReader(str(self.path), spark)

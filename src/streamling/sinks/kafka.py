@@ -56,14 +56,19 @@ class KafkaSink(Sink[KafkaSinkOptions]):
                     "Each epoch is still flushed before it commits, and batch_flush_interval (linger.ms) applies")
         return super().common_key_reason(key)
 
+    primary_key_reason = "it becomes the message key"
+
+    def missing_key_error(self) -> StreamlingError:
+        # Streamling's own words, without the node prefix: scripts grep for them
+        return StreamlingError(f"kafka sink '{self.name}' requires a primary key", code="primary_key_required",
+                               hint=f"set primary_key on the sink or on a node upstream; {self.primary_key_reason}")
+
     @property
     def key(self) -> list[str]:
         # Validation already refuses a sink no key can reach; this catches an Avro source whose
         # registered record names no primaryKeys (only known once the registry is read).
         if not self.ctx.primary_key:
-            raise StreamlingError(f"kafka sink '{self.name}' requires a primary key", code="primary_key_required",
-                                  hint="set primary_key on the sink or on a node upstream; it becomes the message "
-                                       "key")
+            raise self.missing_key_error()
         return list(self.ctx.primary_key)
 
     def producer_options(self) -> dict[str, str]:

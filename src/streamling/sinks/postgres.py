@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from streamling.errors import StreamlingError
-from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
+from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
 from streamling.spec.nodes import PostgresSinkOptions
 from streamling.spec.types import from_spark
 
@@ -444,6 +444,12 @@ class PostgresSink(Sink[PostgresSinkOptions]):
         columns = self._columns(schema) if schema is not None else None
         self._run("opening the sink", lambda conn: self._ensure_table(conn, columns) if columns else None)
         log.info("postgres sink '%s' writes to %s on %s", self.name, self.qualified, self.target)
+
+    def read_back(self, spark: SparkSession) -> TargetReader:
+        from streamling.postgres.table_reader import PostgresTableReader
+
+        return PostgresTableReader(self.name, self.conn_settings, self.target, str(self.options.schema_),
+                                   str(self.options.table), lambda: list(self.key))
 
     def close(self) -> None:
         pool, self._pool = self._pool, None

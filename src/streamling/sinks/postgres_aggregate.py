@@ -31,7 +31,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from streamling.errors import StreamlingError
-from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
+from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
 from streamling.sinks.postgres import EPOCHS_TABLE, pg_type_for
 from streamling.spec.nodes import PostgresAggregateSinkOptions
 
@@ -55,6 +55,8 @@ def _q(name: str) -> str:
 
 
 class PostgresAggregateSink(Sink[PostgresAggregateSinkOptions]):
+    primary_key_reason = "the landing table's rows are keyed by it"
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.conn_settings = ctx.settings.postgres_connection_for(ctx.name)
@@ -205,6 +207,13 @@ class PostgresAggregateSink(Sink[PostgresAggregateSinkOptions]):
         self._run(f"preparing {self.landing} and {self.agg}", prepare)
         log.info("postgres_aggregate sink '%s' lands rows in %s and aggregates them into %s", self.name,
                  self.landing, self.agg)
+
+    def read_back(self, spark: SparkSession) -> TargetReader:
+        from streamling.postgres.table_reader import PostgresTableReader
+
+        groups = list(self.options.group_by) or ["key"]  # no group_by: one row with key = 1
+        return PostgresTableReader(self.name, self.conn_settings, self.target, str(self.options.schema_),
+                                   str(self.options.agg_table), lambda: groups)
 
     def close(self) -> None:
         pool, self._pool = self._pool, None

@@ -38,6 +38,8 @@ LIVE = "live"
 
 class HybridSource(Source[HybridSourceOptions]):
     bounded = True
+    exclusive_in_flow = ("a hybrid source switches its flow's query from the backfill to the live topic, so it must "
+                         "be the only source its transforms and sinks read")
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)

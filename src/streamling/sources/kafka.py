@@ -57,6 +57,8 @@ WRITER_AHEAD = "streamling-writer-ahead: "
 
 class KafkaSource(Source[KafkaSourceOptions]):
     bounded = False
+    new_application_note = ("a Kafka source then starts at its starting_offsets, since its state-backend offsets "
+                            "are kept per application_id")
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
