@@ -8,7 +8,8 @@ highest key is fixed when the run starts (rows appended later are for the live p
 ``hybrid`` source). Executors read a page in parallel, split in spans of at most
 ``clickhouse_source.sort_key_range`` values of a numeric key, over ClickHouse's HTTP interface
 with Arrow; a span that times out is halved and read again. Offsets live in Spark's checkpoint and
-are copied to the state backend (``clickhouse_source:<node>``) once an epoch is committed.
+are copied to the state backend (``clickhouse_source:<node>``) once an epoch is committed; a new
+checkpoint without ``start_at`` starts after that saved position, as Streamling resumes from it.
 
 A ``ReplacingMergeTree`` table is read as Streamling reads it (its ``SELECT … FINAL`` semantics,
 computed by the source so that ties come out the same): per sorting-key tuple the row with the
@@ -294,6 +295,8 @@ class ClickHouseSource(Source[ClickHouseSourceOptions]):
     """Reads ``table_name`` (``columns``, ``filter``) once, page by page; then the flow ends."""
 
     bounded = True
+    new_application_note = ("a ClickHouse source then starts at start_at or its first row, since its state-backend "
+                            "position is kept per application_id")
 
     def __init__(self, ctx: NodeContext, options: ClickHouseSourceOptions | None = None,
                  state_suffix: str = "") -> None:
@@ -301,6 +304,7 @@ class ClickHouseSource(Source[ClickHouseSourceOptions]):
         self.conn: ClickHouseSourceSettings = ctx.settings.clickhouse_source
         self._state_suffix = state_suffix
         self.kind = f"{ctx.spec.type} source"  # a hybrid source's backfill speaks as the hybrid node
+        self._said_saved = False
         self._described: tuple[ScanPlan, StructType, list[str]] | None = None
 
     def ineffective_keys(self) -> dict[str, str]:
@@ -407,9 +411,19 @@ class ClickHouseSource(Source[ClickHouseSourceOptions]):
     # --- reading --------------------------------------------------------------------------------
 
     def origin(self) -> dict[str, Any]:
-        """Where a brand-new checkpoint starts: ``start_at`` (inclusive) or the first row."""
+        """Where a brand-new checkpoint starts, in Streamling's order: ``start_at`` (inclusive) when
+        set, else after the page the state backend saved last (a checkpoint folder lost or moved
+        while a durable backend kept the position), else the first row."""
         if self.options.start_at is None:
-            return {"key": None}
+            saved = self._saved_position()
+            if saved is None:
+                return {"key": None}
+            if not self._said_saved:
+                self._said_saved = True
+                log.info("%s '%s': the state backend holds its position %s = %s; a new checkpoint starts after it "
+                         "(an existing one resumes where it is)", self.kind, self.name, self.describe()[0].key,
+                         saved["key"])
+            return saved
         start: Any = self.options.start_at
         if self.describe()[0].numeric_key and isinstance(start, str):
             for number in (int, float):
@@ -440,3 +454,12 @@ class ClickHouseSource(Source[ClickHouseSourceOptions]):
 
     def state_key(self) -> str:
         return f"clickhouse_source:{self.name}{self._state_suffix}"
+
+    def _saved_position(self) -> dict[str, Any] | None:
+        """The end of the last committed page, as ``on_progress`` copied it to the state backend."""
+        state = self.ctx.state
+        entry = state.get(self.state_key()) if state is not None else None
+        offset = (entry or {}).get("offset")
+        if not isinstance(offset, dict) or offset.get("key") is None:
+            return None
+        return {"key": offset["key"], "inclusive": False}

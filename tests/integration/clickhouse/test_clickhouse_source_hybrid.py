@@ -70,6 +70,39 @@ def test_clickhouse_source_pages_by_sort_key_and_resumes(spark: Any, tmp_path: P
     assert len(_pg_rows(pg, table)) == 37
 
 
+def test_a_lost_checkpoint_resumes_after_the_page_the_state_backend_saved(
+        spark: Any, tmp_path: Path, env: dict[str, str], ch_client: Any, unique_name: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Streamling keeps a ClickHouse source's position in the state backend and resumes from it: a
+    checkpoint folder lost (or a driver moved to a host without it) with a durable backend kept
+    must not read the table again from its first row."""
+    import shutil
+
+    ch_client.command(f"CREATE TABLE {unique_name} (k UInt32, n UInt64) ENGINE = MergeTree ORDER BY k")
+    ch_client.command(f"INSERT INTO {unique_name} VALUES " + ", ".join(f"({i // 2}, {i})" for i in range(40)))
+    pipeline = f"""
+        sources:
+          hist: {{type: clickhouse, table_name: {unique_name}, columns: 'k, n'}}
+        transforms: {{}}
+        sinks:
+          out: {{type: blackhole, from: hist}}
+    """
+    runner = Runner(spark, tmp_path, env)
+    overrides: dict[str, Any] = {
+        "clickhouse_source": {"page_size": 7},
+        "state_backend": {"backend_type": "Sqlite", "sqlite": {"database_path": str(tmp_path / "state.db")}}}
+    _stop_after_first_epoch(runner, pipeline, **overrides)
+    first = runner.input_rows()
+    assert 8 <= first < 40
+    shutil.rmtree(tmp_path / "state")  # the checkpoint is gone; the state backend's copy is not
+    runner.events.clear()
+    with caplog.at_level("INFO", logger="streamling.sources.clickhouse"):
+        runner.run(pipeline, **overrides)
+    assert runner.input_rows() == 40 - first
+    last_key = first // 2 - 1  # pages end on a whole key value: two rows per key
+    assert f"the state backend holds its position `k` = {last_key}; a new checkpoint starts after it" in caplog.text
+
+
 def _producer(bootstrap: str, admin: Any, topic: str) -> Any:
     from confluent_kafka import Producer
     from confluent_kafka.admin import NewTopic
