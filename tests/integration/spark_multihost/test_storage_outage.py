@@ -16,7 +16,7 @@ import pytest
 from services import ROOT, start_services
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
-ROWS = 3_600
+ROWS = 2_400  # 8 epochs: 2 before the first outage, 2 before the second, 4 after it
 PIPELINE = f"""
 sources:
   orders: {{type: generate, rows: {ROWS}, rows_per_second: 300, rows_per_batch: 300, primary_key: id}}
