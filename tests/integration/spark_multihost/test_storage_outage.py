@@ -60,6 +60,10 @@ def test_a_storage_outage_is_retried_then_given_up_and_resumed_without_loss(
            "STREAMLING__APPLICATION_ID": unique_name,
            "STREAMLING__STATE_DIR": f"{two_hosts['STREAMLING_TEST_HDFS_URL']}/tests/{unique_name}/state",
            "STREAMLING__RETRY__INITIAL_BACKOFF_MS": "200", "STREAMLING__RETRY__MAX_BACKOFF_MS": "1000",
+           # Hadoop's client tries a refused connection 10 times, 1 s apart, inside each of the flow's
+           # attempts: fail fast so the flow's retry policy is what the test watches.
+           "STREAMLING__SPARK__CONF__spark.hadoop.ipc.client.connect.max.retries": "1",
+           "STREAMLING__SPARK__CONF__spark.hadoop.ipc.client.connect.retry.interval": "200",
            # the second run resumes the first one's checkpoint: a backend that keeps positions
            "STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Sqlite",
            "STREAMLING__STATE_BACKEND__SQLITE__DATABASE_PATH": str(tmp_path / "state.db")}
