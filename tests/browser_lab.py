@@ -126,3 +126,36 @@ def write_notebook(path: Path, cells: list[str]) -> None:
 def outputs_text(page: Any) -> str:
     texts = page.locator(".jp-OutputArea-output").all_inner_texts()
     return "\n---\n".join(t.strip()[:2000] for t in texts if t.strip())
+
+
+@contextmanager
+def browser_page(lab: Lab, failure_shot: str) -> Iterator[Any]:
+    """A chromium page on ``lab``. A failure inside saves a full-page screenshot as
+    ``tests/artifacts/<failure_shot>`` and is re-raised with the notebook's outputs and the lab's
+    log; an error the page's own scripts raised fails the test after the block."""
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        try:
+            yield page
+        except Exception as exc:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / failure_shot), full_page=True)
+            raise AssertionError(f"{exc}\n\nnotebook outputs:\n{outputs_text(page)}\n\n"
+                                 f"JupyterLab log:\n{lab.log_tail()}") from exc
+        finally:
+            browser.close()
+    assert not errors, errors
+
+
+def run_all(page: Any, lab: Lab, notebook: str) -> None:
+    """Open ``notebook``, wait for its kernel, and start Run All from the Run menu."""
+    page.goto(lab.open_url(notebook))
+    page.wait_for_selector(".jp-Notebook", timeout=60_000)
+    page.get_by_text("| Idle").wait_for(timeout=120_000)  # kernel started and connected
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()

@@ -19,7 +19,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from browser_lab import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Lab, outputs_text, write_notebook
+from browser_lab import ARTIFACTS, Lab, browser_page, run_all, write_notebook
 
 pytestmark = [pytest.mark.browser, pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -71,192 +71,174 @@ def _max_epoch(monitor: Any) -> int:
 
 
 def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
-    from playwright.sync_api import sync_playwright
-
     write_notebook(lab.root / "monitor.ipynb", CELLS)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot, reopened_shot = ARTIFACTS / "monitor.png", ARTIFACTS / "monitor-reopened.png"
     shot.unlink(missing_ok=True)
     reopened_shot.unlink(missing_ok=True)
     timings: dict[str, float] = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1100})
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        try:
-            started = time.monotonic()
-            page.goto(lab.open_url("monitor.ipynb"))
-            page.wait_for_selector(".jp-Notebook", timeout=60_000)
-            page.get_by_text("| Idle").wait_for(timeout=120_000)  # kernel started and connected
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    with browser_page(lab, "monitor-failure.png") as page:
+        started = time.monotonic()
+        run_all(page, lab, "monitor.ipynb")
 
-            monitor = page.locator("[data-testid=sl-monitor]")
-            monitor.wait_for(timeout=SPARK_START_MS)
-            timings["monitor shown"] = time.monotonic() - started
-            nodes = monitor.locator("[data-testid=sl-node]")
-            assert sorted(nodes.evaluate_all("els => els.map(e => e.dataset.node)")) == ["big", "orders", "out"]
+        monitor = page.locator("[data-testid=sl-monitor]")
+        monitor.wait_for(timeout=SPARK_START_MS)
+        timings["monitor shown"] = time.monotonic() - started
+        nodes = monitor.locator("[data-testid=sl-node]")
+        assert sorted(nodes.evaluate_all("els => els.map(e => e.dataset.node)")) == ["big", "orders", "out"]
 
-            monitor.locator("[data-testid=sl-epoch][data-state=finalized]").first.wait_for(timeout=SPARK_START_MS)
-            timings["first finalized epoch"] = time.monotonic() - started
-            rows = monitor.locator("[data-testid=sl-sample-row]")
-            rows.first.wait_for(timeout=60_000)
+        monitor.locator("[data-testid=sl-epoch][data-state=finalized]").first.wait_for(timeout=SPARK_START_MS)
+        timings["first finalized epoch"] = time.monotonic() - started
+        rows = monitor.locator("[data-testid=sl-sample-row]")
+        rows.first.wait_for(timeout=60_000)
 
-            # While Run All sleeps in a later cell the kernel cannot answer the widgets' ping: they stay
-            # live all the same (the kernel side's heartbeat), Stop usable, not "saved snapshot".
-            prompts = "i => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].map(c => " \
-                      "c.querySelector('.jp-InputPrompt').textContent)"
-            page.wait_for_function(f"() => {{ const p = ({prompts})(); return /\\d/.test(p[{BUSY_CELL - 1}]) "
-                                   f"&& p[{BUSY_CELL}].includes('*'); }}", timeout=120_000)
-            time.sleep(7)  # past the front end's 5 s wait for an answer to its ping
-            assert "*" in page.evaluate(f"() => ({prompts})()")[BUSY_CELL], "the kernel is no longer busy"
-            assert monitor.locator("[data-testid=sl-live]").get_attribute("data-live") == "true"
-            assert monitor.locator("[data-testid=sl-stop]").is_visible()
-            assert monitor.locator("[data-testid=sl-stop]").is_enabled()
-            assert _status(monitor).startswith("running"), _status(monitor)
-            assert page.locator("[data-testid=sl-display-status]").get_attribute("data-live") == "true"
-            timings["live while busy"] = time.monotonic() - started
+        # While Run All sleeps in a later cell the kernel cannot answer the widgets' ping: they stay
+        # live all the same (the kernel side's heartbeat), Stop usable, not "saved snapshot".
+        prompts = "i => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].map(c => " \
+                  "c.querySelector('.jp-InputPrompt').textContent)"
+        page.wait_for_function(f"() => {{ const p = ({prompts})(); return /\\d/.test(p[{BUSY_CELL - 1}]) "
+                               f"&& p[{BUSY_CELL}].includes('*'); }}", timeout=120_000)
+        time.sleep(7)  # past the front end's 5 s wait for an answer to its ping
+        assert "*" in page.evaluate(f"() => ({prompts})()")[BUSY_CELL], "the kernel is no longer busy"
+        assert monitor.locator("[data-testid=sl-live]").get_attribute("data-live") == "true"
+        assert monitor.locator("[data-testid=sl-stop]").is_visible()
+        assert monitor.locator("[data-testid=sl-stop]").is_enabled()
+        assert _status(monitor).startswith("running"), _status(monitor)
+        assert page.locator("[data-testid=sl-display-status]").get_attribute("data-live") == "true"
+        timings["live while busy"] = time.monotonic() - started
 
-            # The default in-flight batch is the transform's: the SQL filter holds on every row.
-            assert monitor.locator("[data-testid=sl-node-select]").input_value() == "big"
-            header = monitor.locator(".sl-sample-table thead th").all_inner_texts()
-            assert [h.split("\n")[0] for h in header][:2] == ["id", "amount"]  # then the runtime's _gs_op
-            amounts = [float(t) for t in monitor.locator(".sl-sample-table tbody td:nth-child(2)").all_inner_texts()]
-            assert amounts and all(a > 100 for a in amounts), amounts
+        # The default in-flight batch is the transform's: the SQL filter holds on every row.
+        assert monitor.locator("[data-testid=sl-node-select]").input_value() == "big"
+        header = monitor.locator(".sl-sample-table thead th").all_inner_texts()
+        assert [h.split("\n")[0] for h in header][:2] == ["id", "amount"]  # then the runtime's _gs_op
+        amounts = [float(t) for t in monitor.locator(".sl-sample-table tbody td:nth-child(2)").all_inner_texts()]
+        assert amounts and all(a > 100 for a in amounts), amounts
 
-            # Several epochs: the timeline fills, the rate chart draws lines, the sink counts rows.
-            page.wait_for_function(
-                "() => document.querySelectorAll('[data-testid=sl-epoch][data-state=finalized]').length >= 3",
-                timeout=120_000)
-            timings["third finalized epoch"] = time.monotonic() - started
-            # The in-flight batch follows the run: a later epoch's rows replace epoch #0's.
-            page.wait_for_function(
-                "() => /epoch #[1-9]/.test((document.querySelector('[data-testid=sl-sample-meta]') || {}).textContent)",
-                timeout=120_000)
-            assert monitor.locator("[data-testid=sl-rate-chart] polyline").count() >= 2
-            page.wait_for_function(
-                "() => Number(document.querySelector('[data-testid=sl-node][data-node=out]').dataset.rows) > 0",
-                timeout=30_000)
-            out_rows = monitor.locator("[data-testid=sl-node][data-node=out] .sl-node-rows").text_content() or ""
-            # counts are integers ("9 rows", "1.4k rows"), never "9.0 rows"
-            assert re.fullmatch(r"(\d+|\d+(\.\d)?[kMG]) rows", out_rows), out_rows
-            exact = monitor.locator("[data-testid=sl-node][data-node=out]").get_attribute("data-rows") or ""
-            assert re.fullmatch(r"\d+", exact), exact
-            epoch = monitor.locator("[data-testid=sl-epoch][data-state=finalized]").first
-            assert "orders" in epoch.inner_text()  # the source's end offset is listed
+        # Several epochs: the timeline fills, the rate chart draws lines, the sink counts rows.
+        page.wait_for_function(
+            "() => document.querySelectorAll('[data-testid=sl-epoch][data-state=finalized]').length >= 3",
+            timeout=120_000)
+        timings["third finalized epoch"] = time.monotonic() - started
+        # The in-flight batch follows the run: a later epoch's rows replace epoch #0's.
+        page.wait_for_function(
+            "() => /epoch #[1-9]/.test((document.querySelector('[data-testid=sl-sample-meta]') || {}).textContent)",
+            timeout=120_000)
+        assert monitor.locator("[data-testid=sl-rate-chart] polyline").count() >= 2
+        page.wait_for_function(
+            "() => Number(document.querySelector('[data-testid=sl-node][data-node=out]').dataset.rows) > 0",
+            timeout=30_000)
+        out_rows = monitor.locator("[data-testid=sl-node][data-node=out] .sl-node-rows").text_content() or ""
+        # counts are integers ("9 rows", "1.4k rows"), never "9.0 rows"
+        assert re.fullmatch(r"(\d+|\d+(\.\d)?[kMG]) rows", out_rows), out_rows
+        exact = monitor.locator("[data-testid=sl-node][data-node=out]").get_attribute("data-rows") or ""
+        assert re.fullmatch(r"\d+", exact), exact
+        epoch = monitor.locator("[data-testid=sl-epoch][data-state=finalized]").first
+        assert "orders" in epoch.inner_text()  # the source's end offset is listed
 
-            # The selector is bound to the model: switching node shows that node's batch.
-            monitor.locator("[data-testid=sl-node-select]").select_option("orders")
-            page.wait_for_function(
-                "() => [...document.querySelectorAll('.sl-sample-table thead th')]"
-                ".some(th => th.textContent.startsWith('customer'))", timeout=30_000)
-            monitor.locator("[data-testid=sl-node-select]").select_option("big")
-            rows.first.wait_for(timeout=30_000)
+        # The selector is bound to the model: switching node shows that node's batch.
+        monitor.locator("[data-testid=sl-node-select]").select_option("orders")
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.sl-sample-table thead th')]"
+            ".some(th => th.textContent.startsWith('customer'))", timeout=30_000)
+        monitor.locator("[data-testid=sl-node-select]").select_option("big")
+        rows.first.wait_for(timeout=30_000)
 
-            # The live result table: the transform's latest rows, typed, sortable, refreshed by later epochs.
-            display = page.locator("[data-testid=sl-display]")
-            display.locator("[data-testid=sl-display-row]").first.wait_for(timeout=60_000)
-            columns = display.locator("[data-testid=sl-display-header]").evaluate_all(
-                "els => els.map(e => e.dataset.column)")
-            assert columns[:2] == ["id", "amount"], columns
-            headline = display.locator("[data-testid=sl-display-headline]").inner_text()
-            display.locator("[data-testid=sl-display-header][data-column=amount]").click()
-            display.locator("[data-testid=sl-display-header][data-column=amount]").click()  # descending
-            cells_shown = display.locator("[data-testid=sl-display-row] td:nth-child(2)").all_inner_texts()
-            shown = [float(t) for t in cells_shown]
-            assert shown == sorted(shown, reverse=True) and all(a > 100 for a in shown), shown
-            assert display.locator("[data-testid=sl-display-chart] svg").count() == 1
-            page.wait_for_function(
-                "h => document.querySelector('[data-testid=sl-display-headline]').textContent !== h",
-                arg=headline, timeout=90_000)
-            timings["display refreshed"] = time.monotonic() - started
+        # The live result table: the transform's latest rows, typed, sortable, refreshed by later epochs.
+        display = page.locator("[data-testid=sl-display]")
+        display.locator("[data-testid=sl-display-row]").first.wait_for(timeout=60_000)
+        columns = display.locator("[data-testid=sl-display-header]").evaluate_all(
+            "els => els.map(e => e.dataset.column)")
+        assert columns[:2] == ["id", "amount"], columns
+        headline = display.locator("[data-testid=sl-display-headline]").inner_text()
+        display.locator("[data-testid=sl-display-header][data-column=amount]").click()
+        display.locator("[data-testid=sl-display-header][data-column=amount]").click()  # descending
+        cells_shown = display.locator("[data-testid=sl-display-row] td:nth-child(2)").all_inner_texts()
+        shown = [float(t) for t in cells_shown]
+        assert shown == sorted(shown, reverse=True) and all(a > 100 for a in shown), shown
+        assert display.locator("[data-testid=sl-display-chart] svg").count() == 1
+        page.wait_for_function(
+            "h => document.querySelector('[data-testid=sl-display-headline]').textContent !== h",
+            arg=headline, timeout=90_000)
+        timings["display refreshed"] = time.monotonic() - started
 
-            # An epoch opens its breakdown, with every part named, and Spark's progress report.
-            epoch.click()
-            detail = monitor.locator("[data-testid=sl-epoch-detail]").first
-            detail.wait_for(timeout=10_000)
-            breakdown = detail.locator(".sl-breakdown").inner_text()
-            for part in ("transforms", "sink out", "total"):
-                assert part in breakdown, breakdown
-            detail.locator("[data-testid=sl-progress-button]").click()
-            page.wait_for_function(
-                "() => (document.querySelector('[data-testid=sl-progress-json]') || {}).textContent"
-                "?.includes('\"batchId\"')", timeout=30_000)
-            monitor.locator("[data-testid=sl-tab-durations]").click()
-            assert monitor.locator("[data-testid=sl-duration-chart] rect.sl-seg").count() >= 3
-            monitor.scroll_into_view_if_needed()
-            monitor.screenshot(path=str(shot))
-            monitor.locator("[data-testid=sl-tab-rates]").click()
+        # An epoch opens its breakdown, with every part named, and Spark's progress report.
+        epoch.click()
+        detail = monitor.locator("[data-testid=sl-epoch-detail]").first
+        detail.wait_for(timeout=10_000)
+        breakdown = detail.locator(".sl-breakdown").inner_text()
+        for part in ("transforms", "sink out", "total"):
+            assert part in breakdown, breakdown
+        detail.locator("[data-testid=sl-progress-button]").click()
+        page.wait_for_function(
+            "() => (document.querySelector('[data-testid=sl-progress-json]') || {}).textContent"
+            "?.includes('\"batchId\"')", timeout=30_000)
+        monitor.locator("[data-testid=sl-tab-durations]").click()
+        assert monitor.locator("[data-testid=sl-duration-chart] rect.sl-seg").count() >= 3
+        monitor.scroll_into_view_if_needed()
+        monitor.screenshot(path=str(shot))
+        monitor.locator("[data-testid=sl-tab-rates]").click()
 
-            # The SQL mistake: the first failing cell shows one error output, the one-line message.
-            page.wait_for_function(
-                f"() => [{', '.join(map(str, TYPO_CELLS))}].some(i => document.querySelectorAll("
-                "'.jp-Notebook .jp-Cell')[i].querySelector('[data-mime-type=\"application/vnd.jupyter.stderr\"]'))",
-                timeout=120_000)
-            cells = page.locator(".jp-Notebook .jp-Cell")
-            failed = next(cells.nth(i) for i in TYPO_CELLS
-                          if cells.nth(i).locator("[data-mime-type='application/vnd.jupyter.stderr']").count())
-            outputs = failed.locator(".jp-OutputArea-output")
-            assert outputs.count() == 1, outputs.all_inner_texts()
-            message = outputs.first.inner_text().strip()
-            assert message.startswith("PipelineError: Node 'typo': "), message
-            assert "amont" in message and "\n" not in message, message
-            assert "org.apache" not in message and "java" not in message.lower(), message
+        # The SQL mistake: the first failing cell shows one error output, the one-line message.
+        page.wait_for_function(
+            f"() => [{', '.join(map(str, TYPO_CELLS))}].some(i => document.querySelectorAll("
+            "'.jp-Notebook .jp-Cell')[i].querySelector('[data-mime-type=\"application/vnd.jupyter.stderr\"]'))",
+            timeout=120_000)
+        cells = page.locator(".jp-Notebook .jp-Cell")
+        failed = next(cells.nth(i) for i in TYPO_CELLS
+                      if cells.nth(i).locator("[data-mime-type='application/vnd.jupyter.stderr']").count())
+        outputs = failed.locator(".jp-OutputArea-output")
+        assert outputs.count() == 1, outputs.all_inner_texts()
+        message = outputs.first.inner_text().strip()
+        assert message.startswith("PipelineError: Node 'typo': "), message
+        assert "amont" in message and "\n" not in message, message
+        assert "org.apache" not in message and "java" not in message.lower(), message
 
-            # Stop: the buttons act on the run; restart continues from the last finalized epoch.
-            _run_cell(page, SHOW_CELL - 1)  # remove the sink left waiting for the typo
-            _run_cell(page, SHOW_CELL)
-            cells.nth(SHOW_CELL).locator(".jp-RenderedSVG, img").first.wait_for(timeout=60_000)
-            before = _max_epoch(monitor)
-            monitor.locator("[data-testid=sl-restart]").click()
-            # The restarted run's timeline starts over and goes on from the checkpoint's next epoch.
-            page.wait_for_function(
-                "n => { const done = [...document.querySelectorAll('[data-testid=sl-epoch][data-state=finalized]')];"
-                " return done.length > 0 && done.every(e => Number(e.dataset.epoch) > n)"
-                " && document.querySelector('[data-testid=sl-status]').textContent.startsWith('running'); }",
-                arg=before, timeout=180_000)
-            timings["restarted"] = time.monotonic() - started
-            monitor.locator("[data-testid=sl-stop]").click()
-            page.wait_for_function(
-                "() => document.querySelector('[data-testid=sl-status]').textContent.startsWith('stopped')",
-                timeout=120_000)
-            assert monitor.locator("[data-testid=sl-stop]").is_disabled()
-            timings["stopped"] = time.monotonic() - started
+        # Stop: the buttons act on the run; restart continues from the last finalized epoch.
+        _run_cell(page, SHOW_CELL - 1)  # remove the sink left waiting for the typo
+        _run_cell(page, SHOW_CELL)
+        cells.nth(SHOW_CELL).locator(".jp-RenderedSVG, img").first.wait_for(timeout=60_000)
+        before = _max_epoch(monitor)
+        monitor.locator("[data-testid=sl-restart]").click()
+        # The restarted run's timeline starts over and goes on from the checkpoint's next epoch.
+        page.wait_for_function(
+            "n => { const done = [...document.querySelectorAll('[data-testid=sl-epoch][data-state=finalized]')];"
+            " return done.length > 0 && done.every(e => Number(e.dataset.epoch) > n)"
+            " && document.querySelector('[data-testid=sl-status]').textContent.startsWith('running'); }",
+            arg=before, timeout=180_000)
+        timings["restarted"] = time.monotonic() - started
+        monitor.locator("[data-testid=sl-stop]").click()
+        page.wait_for_function(
+            "() => document.querySelector('[data-testid=sl-status]').textContent.startsWith('stopped')",
+            timeout=120_000)
+        assert monitor.locator("[data-testid=sl-stop]").is_disabled()
+        timings["stopped"] = time.monotonic() - started
 
-            # Saved, kernel gone, reopened: the saved state, marked as such, no "running".
-            page.keyboard.press("Control+s")
-            deadline = time.monotonic() + 30
-            while True:
-                saved = _api(lab, "/api/contents/monitor.ipynb")["content"]
-                state = (saved["metadata"].get("widgets") or {}).get("application/vnd.jupyter.widget-state+json")
-                if state or time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
-            assert state, "the notebook was saved without its widget state"
-            for session in _api(lab, "/api/sessions"):
-                _api(lab, f"/api/sessions/{session['id']}", method="DELETE")
-            page.goto(lab.open_url("monitor.ipynb"))
-            reopened = page.locator("[data-testid=sl-monitor]")
-            reopened.wait_for(timeout=60_000)
-            page.locator("[data-testid=sl-live][data-live=false]").wait_for(timeout=30_000)
-            assert not _status(reopened).startswith("running"), _status(reopened)
-            assert int(reopened.locator("[data-testid=sl-node][data-node=out]").get_attribute("data-rows") or 0) > 0
-            assert reopened.locator("[data-testid=sl-stop]").is_hidden()
-            snapshot = page.locator("[data-testid=sl-display]")
-            assert snapshot.locator("[data-testid=sl-display-row]").count() > 0  # the saved rows, no kernel
-            page.wait_for_function("() => document.querySelector('[data-testid=sl-display-status]')"
-                                   ".dataset.live === 'false'", timeout=30_000)
-            page.locator(".jp-Notebook .jp-Cell").nth(SHOW_CELL).locator(".jp-RenderedSVG, img").first.wait_for(
-                timeout=30_000)
-            reopened.scroll_into_view_if_needed()
-            reopened.screenshot(path=str(reopened_shot))
-        except Exception as exc:
-            page.screenshot(path=str(ARTIFACTS / "monitor-failure.png"), full_page=True)
-            raise AssertionError(f"{exc}\n\nnotebook outputs:\n{outputs_text(page)}\n\n"
-                                 f"JupyterLab log:\n{lab.log_tail()}") from exc
-        finally:
-            browser.close()
-    assert not errors, errors
+        # Saved, kernel gone, reopened: the saved state, marked as such, no "running".
+        page.keyboard.press("Control+s")
+        deadline = time.monotonic() + 30
+        while True:
+            saved = _api(lab, "/api/contents/monitor.ipynb")["content"]
+            state = (saved["metadata"].get("widgets") or {}).get("application/vnd.jupyter.widget-state+json")
+            if state or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert state, "the notebook was saved without its widget state"
+        for session in _api(lab, "/api/sessions"):
+            _api(lab, f"/api/sessions/{session['id']}", method="DELETE")
+        page.goto(lab.open_url("monitor.ipynb"))
+        reopened = page.locator("[data-testid=sl-monitor]")
+        reopened.wait_for(timeout=60_000)
+        page.locator("[data-testid=sl-live][data-live=false]").wait_for(timeout=30_000)
+        assert not _status(reopened).startswith("running"), _status(reopened)
+        assert int(reopened.locator("[data-testid=sl-node][data-node=out]").get_attribute("data-rows") or 0) > 0
+        assert reopened.locator("[data-testid=sl-stop]").is_hidden()
+        snapshot = page.locator("[data-testid=sl-display]")
+        assert snapshot.locator("[data-testid=sl-display-row]").count() > 0  # the saved rows, no kernel
+        page.wait_for_function("() => document.querySelector('[data-testid=sl-display-status]')"
+                               ".dataset.live === 'false'", timeout=30_000)
+        page.locator(".jp-Notebook .jp-Cell").nth(SHOW_CELL).locator(".jp-RenderedSVG, img").first.wait_for(
+            timeout=30_000)
+        reopened.scroll_into_view_if_needed()
+        reopened.screenshot(path=str(reopened_shot))
     assert shot.stat().st_size > 10_000 and reopened_shot.stat().st_size > 10_000
     print("monitor timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import re
 import shutil
-from typing import Any
 
 import pytest
-from browser_lab import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, ROOT, Lab, outputs_text, write_notebook
+from browser_lab import ROOT, Lab, browser_page, run_all, write_notebook
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
@@ -41,72 +40,49 @@ def _notebook(kind: str) -> list[str]:
             "%streamling yaml"]
 
 
-def _run_all(page: Any, lab: Lab, name: str) -> None:
-    page.goto(lab.open_url(name))
-    page.wait_for_selector(".jp-Notebook", timeout=60_000)
-    page.get_by_text("| Idle").wait_for(timeout=120_000)
-    page.get_by_role("menuitem", name="Run", exact=True).click()
-    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-
-
 def test_run_all_stops_at_the_first_failing_cell_of_every_kind_and_a_fresh_clone_shows_a_snapshot(
         lab: Lab) -> None:
-    from playwright.sync_api import sync_playwright
-
     for kind in FAILING:
         write_notebook(lab.root / f"{kind}.ipynb", _notebook(kind))
     shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", lab.root / "quickstart.ipynb")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1100})
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        try:
-            for kind, (_, bad, message, kept) in FAILING.items():
-                _run_all(page, lab, f"{kind}.ipynb")
-                failed = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").nth(FAILING_CELL)
-                error = failed.locator("[data-mime-type='application/vnd.jupyter.stderr']")
-                error.wait_for(timeout=120_000)
-                assert error.inner_text().strip().startswith(f"PipelineError: {message}"), error.inner_text()
-                page.wait_for_function(f"() => !({PROMPTS})().some(p => p.includes('*'))", timeout=60_000)
-                prompts = page.evaluate(f"({PROMPTS})()")
-                # every cell up to the failing one ran; none after it did
-                assert all(any(ch.isdigit() for ch in p) for p in prompts[:FAILING_CELL + 1]), (kind, prompts)
-                assert not any(any(ch.isdigit() for ch in p) for p in prompts[FAILING_CELL + 1:]), (kind, prompts)
-                # the failed cell changed nothing: running the yaml cell shows the good definition
-                page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").nth(len(prompts) - 1).locator(
-                    ".jp-InputArea-editor").click()
-                page.keyboard.press("Shift+Enter")
-                shown = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").nth(len(prompts) - 1)
-                shown.locator(".jp-OutputArea-output").first.wait_for(timeout=60_000)
-                text = shown.locator(".jp-OutputArea-output").first.inner_text()
-                assert kept in text and bad.splitlines()[1] not in text, text
+    with browser_page(lab, "run-all-failure.png") as page:
+        for kind, (_, bad, message, kept) in FAILING.items():
+            run_all(page, lab, f"{kind}.ipynb")
+            failed = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").nth(FAILING_CELL)
+            error = failed.locator("[data-mime-type='application/vnd.jupyter.stderr']")
+            error.wait_for(timeout=120_000)
+            assert error.inner_text().strip().startswith(f"PipelineError: {message}"), error.inner_text()
+            page.wait_for_function(f"() => !({PROMPTS})().some(p => p.includes('*'))", timeout=60_000)
+            prompts = page.evaluate(f"({PROMPTS})()")
+            # every cell up to the failing one ran; none after it did
+            assert all(any(ch.isdigit() for ch in p) for p in prompts[:FAILING_CELL + 1]), (kind, prompts)
+            assert not any(any(ch.isdigit() for ch in p) for p in prompts[FAILING_CELL + 1:]), (kind, prompts)
+            # the failed cell changed nothing: running the yaml cell shows the good definition
+            page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").nth(len(prompts) - 1).locator(
+                ".jp-InputArea-editor").click()
+            page.keyboard.press("Shift+Enter")
+            shown = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").nth(len(prompts) - 1)
+            shown.locator(".jp-OutputArea-output").first.wait_for(timeout=60_000)
+            text = shown.locator(".jp-OutputArea-output").first.inner_text()
+            assert kept in text and bad.splitlines()[1] not in text, text
 
-            # The committed quickstart as a fresh clone opens it: not trusted, so JupyterLab shows the
-            # monitor's HTML fallback, which is the end of its run.
-            page.goto(lab.open_url("quickstart.ipynb"))
-            page.wait_for_selector(".jp-Notebook", timeout=60_000)
-            fallback = page.locator(".jp-OutputArea-output", has_text="streamling monitor: quickstart").first
-            fallback.wait_for(timeout=60_000)
-            text = fallback.inner_text()
-            assert "status: stopped" in text and "running" not in text, text
-            assert re.search(r"lake\s+sink\s+delta\s+\d+", text), text
-            # Trusted, the widget itself renders from the saved state: a static snapshot.
-            lab.trust("quickstart.ipynb")
-            page.goto(lab.open_url("quickstart.ipynb"))
-            monitor = page.locator("[data-testid=sl-monitor]")
-            monitor.wait_for(timeout=60_000)
-            page.locator("[data-testid=sl-live][data-live=false]").wait_for(timeout=30_000)
-            status = monitor.locator("[data-testid=sl-status]").inner_text()
-            assert status.startswith("stopped"), status
-            assert int(monitor.locator("[data-testid=sl-node][data-node=lake]").get_attribute("data-rows") or 0) > 0
-            assert monitor.locator("[data-testid=sl-stop]").is_hidden()
-            assert monitor.locator("[data-testid=sl-epoch][data-state=finalized]").count() > 0
-        except Exception as exc:
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "run-all-failure.png"), full_page=True)
-            raise AssertionError(f"{exc}\n\nnotebook outputs:\n{outputs_text(page)}\n\n"
-                                 f"JupyterLab log:\n{lab.log_tail()}") from exc
-        finally:
-            browser.close()
-    assert not errors, errors
+        # The committed quickstart as a fresh clone opens it: not trusted, so JupyterLab shows the
+        # monitor's HTML fallback, which is the end of its run.
+        page.goto(lab.open_url("quickstart.ipynb"))
+        page.wait_for_selector(".jp-Notebook", timeout=60_000)
+        fallback = page.locator(".jp-OutputArea-output", has_text="streamling monitor: quickstart").first
+        fallback.wait_for(timeout=60_000)
+        text = fallback.inner_text()
+        assert "status: stopped" in text and "running" not in text, text
+        assert re.search(r"lake\s+sink\s+delta\s+\d+", text), text
+        # Trusted, the widget itself renders from the saved state: a static snapshot.
+        lab.trust("quickstart.ipynb")
+        page.goto(lab.open_url("quickstart.ipynb"))
+        monitor = page.locator("[data-testid=sl-monitor]")
+        monitor.wait_for(timeout=60_000)
+        page.locator("[data-testid=sl-live][data-live=false]").wait_for(timeout=30_000)
+        status = monitor.locator("[data-testid=sl-status]").inner_text()
+        assert status.startswith("stopped"), status
+        assert int(monitor.locator("[data-testid=sl-node][data-node=lake]").get_attribute("data-rows") or 0) > 0
+        assert monitor.locator("[data-testid=sl-stop]").is_hidden()
+        assert monitor.locator("[data-testid=sl-epoch][data-state=finalized]").count() > 0
