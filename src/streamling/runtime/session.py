@@ -14,6 +14,8 @@ import shutil
 import subprocess
 import sys
 import threading
+import weakref
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,6 +150,23 @@ def has_native_classes(spark: SparkSession) -> bool:
     """Whether ``spark`` was started with ``native_jar`` (a session built elsewhere may not be)."""
     conf = spark.sparkContext.getConf()
     return any(NATIVE_JAR in (conf.get(key) or "") for key in ("spark.jars", CLASS_PATH))
+
+
+#: the Python data sources (by format name) each live session has had registered
+_DATA_SOURCES: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+_DATA_SOURCES_LOCK = threading.Lock()
+
+
+def register_data_source(spark: SparkSession, name: str, data_source: Callable[[], type]) -> None:
+    """Register the Python data source ``name`` (its class built by ``data_source``) with ``spark``
+    once: a registration is per session and costs a JVM round trip. Keyed by the session object
+    itself, weakly, so a later session never passes for one that was stopped."""
+    with _DATA_SOURCES_LOCK:
+        names = _DATA_SOURCES.setdefault(spark, set())
+        if name in names:
+            return
+        spark.dataSource.register(data_source())
+        names.add(name)
 
 
 def _executor_python() -> str:

@@ -280,7 +280,6 @@ def _width(start: dict[str, Any], end: dict[str, Any]) -> int:
     return int(hi - lo) if isinstance(lo, int | float) and isinstance(hi, int | float) else 1
 
 
-_REGISTERED: set[int] = set()
 
 
 #: Streamling's ``start_at`` overrides the saved position on every start; here a checkpoint wins, so a
@@ -441,9 +440,9 @@ class ClickHouseSource(Source[ClickHouseSourceOptions]):
         return self._reader(spark, max(1, rows))
 
     def _reader(self, spark: SparkSession, page_size: int) -> DataFrame:
-        if id(spark) not in _REGISTERED:
-            spark.dataSource.register(_data_source_class())
-            _REGISTERED.add(id(spark))
+        from streamling.runtime.session import register_data_source
+
+        register_data_source(spark, FORMAT, _data_source_class)
         plan, schema, _ = self.describe()
         return (spark.readStream.format(FORMAT).schema(schema)
                 .option("connection", self.conn.model_copy(update={"page_size": page_size}).model_dump_json(

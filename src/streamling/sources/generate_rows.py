@@ -180,11 +180,7 @@ def _data_source_class() -> type:
     return GenerateDataSource
 
 
-_REGISTERED: set[int] = set()
-
-
 def register_generate(spark: SparkSession) -> None:
-    key = id(spark)
-    if key not in _REGISTERED:
-        spark.dataSource.register(_data_source_class())
-        _REGISTERED.add(key)
+    from streamling.runtime.session import register_data_source
+
+    register_data_source(spark, FORMAT, _data_source_class)

@@ -209,7 +209,6 @@ def _data_source_class() -> type:
     return PluginDataSource
 
 
-_REGISTERED: set[int] = set()
 
 
 class PluginSource(Source[PluginSourceOptions]):
@@ -260,9 +259,9 @@ class PluginSource(Source[PluginSourceOptions]):
         from pyspark import cloudpickle
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        if id(spark) not in _REGISTERED:
-            spark.dataSource.register(_data_source_class())
-            _REGISTERED.add(id(spark))
+        from streamling.runtime.session import register_data_source
+
+        register_data_source(spark, FORMAT, _data_source_class)
         schema = self.spark_schema()
         arrow = to_arrow_schema(schema, timezone="UTC")
         payload = base64.b64encode(cloudpickle.dumps((self.job, arrow, self.partitions))).decode()
