@@ -1,6 +1,6 @@
 // What the streamling widgets share (prepended to each widget's ESM by streamling.notebook.widget,
-// since an anywidget module is one file): DOM and SVG element builders. Text is always set through
-// textContent, never parsed as HTML.
+// since an anywidget module is one file): DOM and SVG element builders, and formatters both use.
+// Text is always set through textContent, never parsed as HTML.
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
@@ -27,4 +27,11 @@ function s(tag, attrs = {}, ...children) {
   }
   for (const c of children.flat()) if (c !== null && c !== undefined) el.append(c);
   return el;
+}
+
+// A UNIX time (seconds) as the viewer's local time of day, hh:mm:ss.
+function fmtClock(t) {
+  if (!t) return "";
+  const d = new Date(t * 1000);
+  return [d.getHours(), d.getMinutes(), d.getSeconds()].map((x) => String(x).padStart(2, "0")).join(":");
 }

@@ -18,12 +18,6 @@ function text(v) {
   return typeof v === "object" ? JSON.stringify(v) : String(v);
 }
 
-function fmtClock(t) {
-  if (!t) return "";
-  const d = new Date(t * 1000);
-  return [d.getHours(), d.getMinutes(), d.getSeconds()].map((x) => String(x).padStart(2, "0")).join(":");
-}
-
 function fmtNumber(n) {
   const a = Math.abs(n);
   if (a !== 0 && (a >= 1e6 || a < 1e-3)) return n.toExponential(2);

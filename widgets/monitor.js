@@ -23,11 +23,6 @@ function fmtMs(ms) {
   if (ms === null || ms === undefined) return "—";
   return ms < 10000 ? Math.round(ms).toLocaleString("en-US") + " ms" : (ms / 1000).toFixed(1) + " s";
 }
-function fmtClock(t) {
-  if (!t) return "";
-  const d = new Date(t * 1000);
-  return [d.getHours(), d.getMinutes(), d.getSeconds()].map((x) => String(x).padStart(2, "0")).join(":");
-}
 function fmtValue(v) {
   if (v === null || v === undefined) return null;
   if (typeof v === "object") return JSON.stringify(v);
