@@ -71,12 +71,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-import yaml
-
 from streamling.errors import Location, StreamlingError, ValidationError
 from streamling.notebook.cells import DISPLAY_COMMANDS, RUN_CONTROL_COMMANDS, USAGE, cell_node, parse_line
 from streamling.notebook.dbutils import InputWidgetNotDefined, Widgets
-from streamling.notebook.session import NotebookPipeline, _blocks, _Dumper, problems_of
+from streamling.notebook.session import NotebookPipeline, pipeline_yaml, problems_of
 from streamling.spec import parse_pipeline
 from streamling.spec.pipeline import SECTIONS, Kind
 
@@ -156,8 +154,7 @@ class CompiledNotebook:
 
     def to_yaml(self) -> str:
         """The pipeline YAML, written as ``%streamling export`` writes it."""
-        return yaml.dump(_blocks(self.document), Dumper=_Dumper, sort_keys=False, allow_unicode=True,
-                         default_flow_style=False)
+        return pipeline_yaml(self.document)
 
 
 # --- reading notebooks ----------------------------------------------------------------------------

@@ -323,10 +323,10 @@ class NotebookJob:
     def display(self, *objs: Any, **kwargs: Any) -> None:
         """Databricks' ``display`` in a job: a DataFrame's first rows go to the log; a streaming
         DataFrame runs a query printing each micro-batch until it ends (the task waits for it)."""
-        from streamling.notebook.display import _is_dataframe
+        from streamling.notebook.display import is_dataframe
 
         for obj in objs:
-            if not _is_dataframe(obj):
+            if not is_dataframe(obj):
                 print(repr(obj))
             elif obj.isStreaming:
                 name = kwargs.get("streamName")

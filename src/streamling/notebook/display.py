@@ -449,7 +449,8 @@ def display_node(nb: NotebookPipeline, name: str, rows: int | None = None) -> Re
 FRAME_ROWS = 1000
 
 
-def _is_dataframe(obj: Any) -> bool:
+def is_dataframe(obj: Any) -> bool:
+    """A PySpark DataFrame (classic or Connect), told by its class without importing pyspark."""
     cls = type(obj)
     return cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.sql")
 
@@ -555,7 +556,7 @@ def display(*objs: Any, **kwargs: Any) -> None:
     ``processingTime`` keywords work too. Anything else as IPython shows it."""
     from IPython.display import display as show
 
-    if len(objs) != 1 or not _is_dataframe(objs[0]):
+    if len(objs) != 1 or not is_dataframe(objs[0]):
         show(*objs, **kwargs)
         return
     known = {"streamName": "stream_name", "processingTime": "processing_time", "rows": "rows"}

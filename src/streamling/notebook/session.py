@@ -68,6 +68,13 @@ def _blocks(value: Any) -> Any:
     return value
 
 
+def pipeline_yaml(document: dict[str, Any]) -> str:
+    """A pipeline document as ``%streamling export`` writes it (and a bundle compiles a notebook):
+    keys in their order, SQL and scripts as ``|`` blocks."""
+    return yaml.dump(_blocks(document), Dumper=_Dumper, sort_keys=False, allow_unicode=True,
+                     default_flow_style=False)
+
+
 @dataclass
 class Capture:
     """The batch a transform saw: its upstream nodes' rows in one epoch, and its definition then."""
@@ -317,8 +324,7 @@ class NotebookPipeline:
         return doc
 
     def to_yaml(self) -> str:
-        return yaml.dump(_blocks(self.document()), Dumper=_Dumper, sort_keys=False, allow_unicode=True,
-                         default_flow_style=False)
+        return pipeline_yaml(self.document())
 
     def spec(self) -> PipelineSpec:
         if not self.nodes:

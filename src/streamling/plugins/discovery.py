@@ -48,13 +48,11 @@ def load_plugins(path: str | None = None) -> list[LoadFailure]:
         if origin in _loaded:
             continue
         _loaded.add(origin)
-        registry._origin.append(dist)
         try:
-            ep.load()
+            with registry.loading_from(dist):
+                ep.load()
         except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the rest
             failures.append(LoadFailure(origin, f"{type(exc).__name__}: {exc}"))
-        finally:
-            registry._origin.pop()
     _scanned.append(True)  # installed distributions do not change while the process runs
     where = path or os.environ.get(PATH_ENV)
     if where:
@@ -96,14 +94,12 @@ def _load_file(file: Path) -> list[LoadFailure]:
         return [LoadFailure(str(file), "not a Python module")]
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    registry._origin.append(str(file))
     try:
-        spec.loader.exec_module(module)
+        with registry.loading_from(str(file)):
+            spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the rest
         sys.modules.pop(name, None)
         return [LoadFailure(str(file), f"{type(exc).__name__}: {exc}")]
-    finally:
-        registry._origin.pop()
     PATH_MODULES.add(name)
     return []
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -80,8 +81,18 @@ class PluginUdf:
 
 PLUGINS: dict[tuple[Kind, str], PluginInfo] = {}
 UDFS: dict[str, PluginUdf] = {}
-#: set by discovery while a distribution or file is being imported
+#: set by discovery while a distribution or file is being imported (``loading_from``)
 _origin: list[str] = []
+
+
+@contextmanager
+def loading_from(origin: str) -> Iterator[None]:
+    """Plugins registered inside this block say they came from ``origin`` (a distribution or file)."""
+    _origin.append(origin)
+    try:
+        yield
+    finally:
+        _origin.pop()
 
 
 def env_key(plugin_id: str) -> str:
