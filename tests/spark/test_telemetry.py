@@ -183,3 +183,29 @@ sinks:
         "a number (telemetry.event_time.column)"]
     flushed = runner.of_type(ev.EpochFlushed)
     assert runner.input_rows() == 20 and len(flushed) == 2 and all(not e.event_time_ms for e in flushed)
+
+
+def test_a_sink_with_an_event_time_has_its_own_watermark(runner: Runner, caplog: pytest.LogCaptureFixture) -> None:
+    """Streamling's event-time series cover sinks too (what reached them); a sink's column is looked
+    for in its input, and a missing one is said once, as for other nodes."""
+    caplog.set_level(logging.WARNING, logger="streamling.runtime.planner")
+    runner.run("""
+sources:
+  orders: {type: generate, rows: 20, rows_per_batch: 10, telemetry: {event_time: {column: created_at}}}
+transforms:
+  recent:
+    type: sql
+    sql: SELECT id, created_at, _gs_op FROM orders WHERE id % 2 = 0
+sinks:
+  out: {type: blackhole, from: recent, telemetry: {event_time: {column: created_at}}}
+  other: {type: blackhole, from: recent, telemetry: {event_time: {column: created}}}
+""")
+    flushed = runner.of_type(ev.EpochFlushed)
+    assert len(flushed) == 2
+    for epoch in flushed:
+        assert set(epoch.event_time_ms) == {"orders", "out"}, epoch.event_time_ms
+        assert 1.7e12 < epoch.event_time_ms["out"] <= epoch.event_time_ms["orders"]
+        assert "out" not in epoch.node_rows and epoch.rows["out"] == 5
+    skipped = [r.getMessage() for r in caplog.records if "event-time instrumentation skipped" in r.getMessage()]
+    assert skipped == ["blackhole sink 'other': event-time instrumentation skipped: its input has no column "
+                       "'created' (did you mean 'created_at'?) (telemetry.event_time.column)"]

@@ -24,8 +24,8 @@ from streamling.runtime import checkpoints, expectations
 from streamling.runtime import events as ev
 from streamling.runtime.environment import worker_failure
 from streamling.runtime.jvm_death import jvm_failure
-from streamling.runtime.nodes import Epoch, Sink, Source, Transform
-from streamling.runtime.observe import EVENT_TIME_MAX, INPUT, RECEIVED, ROWS, EpochObservations
+from streamling.runtime.nodes import Epoch, Node, Sink, Source, Transform
+from streamling.runtime.observe import EVENT_TIME, EVENT_TIME_MAX, INPUT, RECEIVED, ROWS, EpochObservations
 from streamling.runtime.planner import Flow, Plan
 from streamling.runtime.retry import STOPPED, call_with_retry
 from streamling.runtime.side_outputs import SideOutputs
@@ -33,7 +33,7 @@ from streamling.runtime.side_outputs import SideOutputs
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger(__name__)
@@ -93,19 +93,25 @@ def _only_input(spec: Any, frames: dict[str, DataFrame]) -> tuple[str, DataFrame
     return (spec.upstream[0], frames[spec.upstream[0]]) if len(spec.upstream) == 1 else None
 
 
+def _event_time_column(node: Node, frame: DataFrame) -> Column | None:
+    """The largest event time of ``frame`` (a node's output, a sink's input) when the node has
+    ``telemetry.event_time`` and the frame that column (the planner said so once otherwise)."""
+    event_time = node.options.telemetry.event_time if node.options.telemetry else None
+    if event_time is None or event_time.column not in frame.columns:
+        return None
+    from pyspark.sql import functions as F
+
+    return F.max(F.col(f"`{event_time.column}`"))
+
+
 def _watched(watch: EpochObservations | None, node: Source | Transform, frame: DataFrame,
              like: tuple[str, DataFrame] | None) -> DataFrame:
     """``frame`` counted (and its event time observed) as ``node``'s output; ``like`` is its input,
     whose count it shares when its plan keeps the input's rows."""
     if watch is None:
         return frame
-    extra = {}
-    event_time = node.options.telemetry.event_time if node.options.telemetry else None
-    if event_time is not None and event_time.column in frame.columns:
-        from pyspark.sql import functions as F
-
-        extra[EVENT_TIME_MAX] = F.max(F.col(f"`{event_time.column}`"))
-    return watch.count(node.name, frame, like, extra)
+    event_time = _event_time_column(node, frame)
+    return watch.count(node.name, frame, like, {EVENT_TIME_MAX: event_time} if event_time is not None else {})
 
 
 def _json(value: Any) -> Any:
@@ -536,6 +542,8 @@ class FlowRunner:
                 df = expectations.guard(sink, df, watch[0] if watch else None)
                 if not sink.counts_rows and watch:
                     df = watch[0].count(sink.name + RECEIVED, df, _only_input(spec, frames))
+                if watch and (event_time := _event_time_column(sink, df)) is not None:
+                    df = watch[0].watch(sink.name + EVENT_TIME, df, {EVENT_TIME_MAX: event_time})
                 t0 = time.perf_counter()
                 rows[sink.name] = self._write(sink, sink.spread(df), epoch, on_retry)
                 durations[sink.name] = (time.perf_counter() - t0) * 1000
@@ -688,7 +696,8 @@ class FlowRunner:
     def _event_times(self, observed: dict[str, dict[str, Any]]) -> dict[str, float]:
         """The largest event time of each node with ``telemetry.event_time``, in epoch milliseconds."""
         out: dict[str, float] = {}
-        for name, values in observed.items():
+        for key, values in observed.items():
+            name = key.removesuffix(EVENT_TIME)  # a sink's input
             node = self.plan.nodes.get(name)
             value = values.get(EVENT_TIME_MAX)
             event_time = node.options.telemetry.event_time if node and node.options.telemetry else None

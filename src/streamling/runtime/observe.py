@@ -28,6 +28,8 @@ ROWS = "rows"
 INPUT = "#input"
 #: the key suffix of what a sink was given, counted by the flow for sinks that do not count
 RECEIVED = "#received"
+#: the key suffix of a sink's input observed for its ``telemetry.event_time`` (its rows are the sink's)
+EVENT_TIME = "#event_time"
 EVENT_TIME_MAX = "event_time_max"
 _ids = itertools.count()
 

@@ -327,12 +327,12 @@ def _check_event_times(plan: Plan) -> None:
     for spec in plan.spec.topological():
         event_time = spec.options.telemetry.event_time if spec.options.telemetry is not None else None
         schema = plan.schemas.get(spec.name)
-        if event_time is None or schema is None or spec.kind == "sink":
+        if event_time is None or schema is None:
             continue
         field = next((f for f in schema.fields if f.name == event_time.column), None)
         if field is None:
-            why = f"its output has no column '{event_time.column}'" + did_you_mean(
-                event_time.column, [f.name for f in schema.fields])
+            why = f"its {'input' if spec.kind == 'sink' else 'output'} has no column '{event_time.column}'" + \
+                did_you_mean(event_time.column, [f.name for f in schema.fields])
         elif not isinstance(field.dataType, (TimestampType, TimestampNTZType, NumericType)):
             why = f"column '{event_time.column}' is {field.dataType.simpleString()}, not a timestamp or a number"
         else:
