@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from streamling.sources.clickhouse import ScanPlan, _spans, page_condition
@@ -78,3 +80,31 @@ def test_a_replacing_table_is_collapsed_per_sorting_key_before_the_filter() -> N
     assert _engine_arguments(f"{engine}('/ch/{{shard}}/t', '{{replica}}', `my ver`, is_deleted) ORDER BY (k, id)",
                              engine) == ["'/ch/{shard}/t'", "'{replica}'", "`my ver`", "is_deleted"]
     assert _engine_arguments("ReplacingMergeTree ORDER BY k SETTINGS x = 1", "ReplacingMergeTree") == []
+
+
+def _source_with_state(entry: dict | None) -> Any:
+    import yaml
+
+    from streamling.config import load_settings
+    from streamling.runtime.nodes import NodeContext
+    from streamling.sources.clickhouse import ClickHouseSource
+    from streamling.spec import parse_pipeline
+    from streamling.state.memory import InMemoryStateBackend
+
+    doc = {"sources": {"ch": {"type": "clickhouse", "table_name": "t"}}, "sinks": {"o": {"type": "blackhole",
+                                                                                       "from": "ch"}}}
+    state = InMemoryStateBackend("test", shared=False)
+    if entry is not None:
+        state.put("clickhouse_source:ch", entry)
+    spec = parse_pipeline(yaml.safe_dump(doc)).nodes["ch"]
+    return ClickHouseSource(NodeContext(spec=spec, settings=load_settings(environ={}), state=state, dry_run=True))
+
+
+def test_the_saved_position_is_taken_only_when_it_is_one_and_never_for_a_preview() -> None:
+    saved = _source_with_state({"offset": {"key": 41, "inclusive": False}, "epoch": 3})
+    assert saved._saved_position() == {"key": 41, "inclusive": False}
+    assert saved.origin(resume=False) == {"key": None}  # a preview reads from the configured start
+    # what is not an offset this source wrote (an older or foreign entry, a drained empty table) is ignored
+    for junk in ({"offset": None}, {"offset": "41"}, {"offset": {"key": None}}, {"phase": "live"}):
+        assert _source_with_state(junk)._saved_position() is None, junk
+    assert _source_with_state(None).origin() == {"key": None}

@@ -409,12 +409,12 @@ class ClickHouseSource(Source[ClickHouseSourceOptions]):
 
     # --- reading --------------------------------------------------------------------------------
 
-    def origin(self) -> dict[str, Any]:
+    def origin(self, resume: bool = True) -> dict[str, Any]:
         """Where a brand-new checkpoint starts, in Streamling's order: ``start_at`` (inclusive) when
         set, else after the page the state backend saved last (a checkpoint folder lost or moved
-        while a durable backend kept the position), else the first row."""
+        while a durable backend kept the position; only when ``resume``), else the first row."""
         if self.options.start_at is None:
-            saved = self._saved_position()
+            saved = self._saved_position() if resume else None
             if saved is None:
                 return {"key": None}
             if not self._said_saved:
@@ -434,12 +434,14 @@ class ClickHouseSource(Source[ClickHouseSourceOptions]):
         return {"key": start, "inclusive": True}
 
     def read_stream(self, spark: SparkSession) -> DataFrame:
-        return self._reader(spark, self.conn.page_size)
+        return self._reader(spark, self.conn.page_size, self.origin())
 
     def read_sample(self, spark: SparkSession, rows: int) -> DataFrame:
-        return self._reader(spark, max(1, rows))
+        # A preview shows the table from where the pipeline says it starts, not after the position
+        # a run of this kernel saved (with everything read, that would be nothing).
+        return self._reader(spark, max(1, rows), self.origin(resume=False))
 
-    def _reader(self, spark: SparkSession, page_size: int) -> DataFrame:
+    def _reader(self, spark: SparkSession, page_size: int, origin: dict[str, Any]) -> DataFrame:
         from streamling.runtime.session import register_data_source
 
         register_data_source(spark, FORMAT, _data_source_class)
@@ -449,7 +451,7 @@ class ClickHouseSource(Source[ClickHouseSourceOptions]):
                     exclude={"password"}))
                 .option("password", self.conn.password or "")
                 .option("plan", plan.to_json()).option("node", self.name).option("node_kind", self.kind)
-                .option("origin", json.dumps(self.origin())).load())
+                .option("origin", json.dumps(origin)).load())
 
     def state_key(self) -> str:
         return f"clickhouse_source:{self.name}{self._state_suffix}"
