@@ -237,8 +237,7 @@ class FlowRunner:
                     f"flow '{self.flow.name}': the checkpoint at {self.checkpoint_dir} was written for different "
                     "source settings, so resuming from it could skip or repeat data",
                     code="checkpoint_incompatible",
-                    hint=f"to start this flow over, delete {self.root} "
-                         f"(or change application_id)")
+                    hint=self._start_over_hint())
             self.sink_token = str(meta["sink_token"])
             self._meta = {**meta, "topology": topology}
             self._announce(resumed=True)
@@ -252,6 +251,15 @@ class FlowRunner:
         self._meta = {"fingerprint": fingerprint, "sink_token": self.sink_token, "topology": topology}
         self._write_meta()
         self._announce(resumed=False)
+
+    def _start_over_hint(self) -> str:
+        """How to start the flow over. Sources that keep their position in a durable state backend
+        resume from it in a new checkpoint too, so deleting the folder is not enough for them."""
+        keeping = [s.name for s in self.sources if s.new_application_note] if self.placement.durable else []
+        if keeping:
+            return (f"to start this flow over, run it under a new application_id: source(s) {keeping} keep their "
+                    f"positions in the {self.placement.backend} state backend and would resume from them")
+        return f"to start this flow over, delete {self.root} (or change application_id)"
 
     def _announce(self, resumed: bool) -> None:
         """One line per run and flow: whether it resumes a checkpoint or reads its sources from their start."""

@@ -101,6 +101,15 @@ def test_a_lost_checkpoint_resumes_after_the_page_the_state_backend_saved(
     assert runner.input_rows() == 40 - first
     last_key = first // 2 - 1  # pages end on a whole key value: two rows per key
     assert f"the state backend holds its position `k` = {last_key}; a new checkpoint starts after it" in caplog.text
+    # Changed source settings refuse the checkpoint; deleting its folder would not start over, and
+    # the hint says so instead of suggesting it.
+    from streamling.errors import StreamlingError
+
+    with pytest.raises(StreamlingError) as refused:
+        runner.run(pipeline.replace("columns: 'k, n'", "columns: 'k, n', filter: 'n > 3'"), **overrides)
+    assert refused.value.code == "checkpoint_incompatible"
+    assert ("run it under a new application_id: source(s) ['hist'] keep their positions in the Sqlite state "
+            "backend") in (refused.value.hint or ""), refused.value.hint
 
 
 def _producer(bootstrap: str, admin: Any, topic: str) -> Any:
