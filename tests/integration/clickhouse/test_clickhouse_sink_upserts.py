@@ -13,6 +13,7 @@ from harness import Runner
 
 from streamling.config import load_settings
 from streamling.errors import StreamlingError
+from streamling.runtime import events as ev
 from streamling.runtime.nodes import Epoch, NodeContext
 from streamling.sinks.clickhouse import ClickHouseSink
 from streamling.sources.generate import generate_batch
@@ -75,6 +76,10 @@ def test_cdc_epochs_end_as_the_latest_row_per_key_in_final(spark: Any, tmp_path:
     assert [tuple(r) for r in got] == expected
     engine = ch_client.query(f"SELECT engine_full FROM system.tables WHERE name = '{unique_name}'").result_rows[0][0]
     assert engine.startswith("ReplacingMergeTree(insert_time, is_deleted)")
+    # The counts the monitor and metrics show come from Spark's scan and the sink's own collect (no
+    # observation): every row read, and every row the sink was given, repeated keys included.
+    assert runner.input_rows() == rows
+    assert sum(e.rows["out"] for e in runner.of_type(ev.EpochFlushed)) == rows
 
 
 def test_a_replayed_epoch_leaves_final_unchanged(sinks: Sinks, ch_client: Any, unique_name: str) -> None:
