@@ -32,7 +32,7 @@ from scenarios.common import (  # noqa: E402 - the scenarios package sits next t
 
 SCENARIOS = ("cold_start", "generate_sql_blackhole", "generate_sql_postgres", "kafka_avro", "bundle_jobs",
              "bundle_redeploy", "gs_functions", "clickhouse_sink", "clickhouse_source", "postgres_aggregate",
-             "kafka_clickhouse", "plugins", "telemetry", "latency", "postgres_scale", "multihost",
+             "kafka_clickhouse", "plugins", "telemetry", "latency", "postgres_scale", "multihost", "cluster_jars",
              "runner_takeover", "notebook_cold", "runner_overhead")
 
 

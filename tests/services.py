@@ -14,6 +14,7 @@ import os
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,3 +44,44 @@ def start_services(*names: str, timeout: float = 600) -> dict[str, str]:
     if proc.returncode != 0:
         pytest.fail(f"fixtures/services/up {' '.join(names)} failed:\n{proc.stderr[-3000:]}")
     return parse_exports(proc.stdout)
+
+
+def s3a_conf(s3: dict[str, str]) -> dict[str, str]:
+    """The Spark settings that reach the test store (``up s3``'s exports) through ``s3a://``, as a
+    user sets them: its endpoint and credentials, path-style access over plain HTTP, and no retry
+    storm against a store that refuses. The jars (``STREAMLING_TEST_S3A_JARS``) are the caller's."""
+    return {"spark.hadoop.fs.s3a.endpoint": s3["STREAMLING_TEST_S3_ENDPOINT"],
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
+            "spark.hadoop.fs.s3a.access.key": s3["STREAMLING_TEST_S3_ACCESS_KEY"],
+            "spark.hadoop.fs.s3a.secret.key": s3["STREAMLING_TEST_S3_SECRET_KEY"],
+            "spark.hadoop.fs.s3a.attempts.maximum": "1", "spark.hadoop.fs.s3a.retry.limit": "1"}
+
+
+def delta_table_on_s3(s3: dict[str, str], uri: str) -> Any:
+    """The rows of the Delta table at ``uri`` (``s3a://…`` on the test store) as a pyarrow Table, read
+    as any Delta reader does, without a JVM: the data files its log's commits add and do not remove."""
+    import json
+    from urllib.parse import unquote, urlparse
+
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    endpoint = urlparse(s3["STREAMLING_TEST_S3_ENDPOINT"])
+    fs = pafs.S3FileSystem(access_key=s3["STREAMLING_TEST_S3_ACCESS_KEY"],
+                           secret_key=s3["STREAMLING_TEST_S3_SECRET_KEY"], endpoint_override=endpoint.netloc,
+                           scheme=endpoint.scheme, region="us-east-1")
+    table = uri.split("://", 1)[1].rstrip("/")
+    log = fs.get_file_info(pafs.FileSelector(f"{table}/_delta_log"))
+    live: dict[str, None] = {}
+    for commit in sorted(f.path for f in log if f.path.endswith(".json")):
+        with fs.open_input_stream(commit) as stream:
+            for line in stream.read().decode().splitlines():
+                action = json.loads(line)
+                if "add" in action:
+                    live[action["add"]["path"]] = None
+                elif "remove" in action:
+                    live.pop(action["remove"]["path"], None)
+    return pa.concat_tables([pq.read_table(f"{table}/{unquote(p)}", filesystem=fs) for p in live])

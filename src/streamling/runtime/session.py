@@ -81,10 +81,14 @@ def ensure_jars() -> list[Path]:
 
 
 #: The JVM classes streamling ships as source (compiled once against this pyspark's jars).
-NATIVE_SOURCES = ("GenerateSource.java", "Drain.java")
+NATIVE_SOURCES = ("GenerateSource.java", "Drain.java", "HostJars.java")
 NATIVE_JAR = "streamling-native.jar"
 #: where a local session's jars go (see ``build_session``)
 CLASS_PATH = "spark.driver.extraClassPath"
+#: the Spark plugin that gives a cluster's executors their jars from each host's cache, and the
+#: setting listing those jars (see ``HostJars.java``)
+HOST_JARS_PLUGIN = "streamling.spark.HostJars"
+HOST_JARS = "spark.streamling.hostJars"
 
 
 def java_home() -> Path | None:
@@ -249,6 +253,15 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
         builder = builder.config("spark.archives", ",".join(archives))
     options = [f"-Dlog4j2.configurationFile=file:{log4j}", java_options]
     first_launch = SparkContext._gateway is None
+    # The user's jars (hadoop-aws for s3a://, say) join ours: set alone they would replace them.
+    user_jars = [j.strip() for j in str(user_conf.pop("spark.jars", "")).split(",") if j.strip()]
+    # On a cluster, executors take the jars that are files here from their host's cache (HostJars):
+    # through spark.jars every executor of every application would copy each one (~20 MB of
+    # connectors, ~700 MB with s3a's) before its first task. The plugin's class comes with the
+    # native jar, so the driver's JVM must be launched by us with it on its class path.
+    native = native_jar() if not local and first_launch else None
+    cached = [j for j in [*(str(j) for j in jars), *user_jars] if _local_jar(j) is not None
+              and Path(j).name != NATIVE_JAR] if native is not None else []
     if first_launch:
         # The driver's JVM gets the jars on its own class path, and with it the class archive built
         # for that class path (none yet while it is being built): classes loaded from spark.jars
@@ -256,15 +269,22 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
         # session took 13.6 s to start, a local one 4.3 s). Only while this process has not
         # launched its JVM yet: a class path is fixed at launch.
         options.append(class_archive.java_options(jars))
-        paths = [str(j) for j in jars] + [p for p in [user_conf.pop(CLASS_PATH, "")] if p]
+        own = [str(j) for j in jars]
+        paths = own + [str(_local_jar(j)) for j in cached if j not in own]
+        paths += [p for p in [user_conf.pop(CLASS_PATH, "")] if p]
         builder = builder.config(CLASS_PATH, os.pathsep.join(paths))
-    if not (local and first_launch):
+    if cached:
+        plugins = [p for p in str(user_conf.pop("spark.plugins", "")).split(",") if p.strip()]
+        builder = (builder.config("spark.plugins", ",".join([*plugins, HOST_JARS_PLUGIN]))
+                   .config(HOST_JARS, ",".join(str(_local_jar(j)) for j in cached))
+                   .config("spark.jars", ",".join([str(native), *(j for j in user_jars if j not in cached)])))
+    elif not (local and first_launch):
         # Executors get the jars from spark.jars (served by the driver). Locally the executor is in
         # the driver's JVM and has them already: through spark.jars it would also fetch a copy of
-        # each (~20 MB) before its first task, ~0.2 s of every cold start. The user's jars
-        # (hadoop-aws for s3a://, say) join ours: set alone they would replace them.
-        user_jars = [j for j in str(user_conf.pop("spark.jars", "")).split(",") if j.strip()]
+        # each (~20 MB) before its first task, ~0.2 s of every cold start.
         builder = builder.config("spark.jars", ",".join([*(str(j) for j in jars), *user_jars]))
+    elif user_jars:
+        builder = builder.config("spark.jars", ",".join(user_jars))
     options.append(user_conf.pop("spark.driver.extraJavaOptions", ""))  # the user's come last: they win
     builder = builder.config("spark.driver.extraJavaOptions", " ".join(o for o in options if o))
     for key, value in user_conf.items():
@@ -283,6 +303,17 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
         log.info("Spark UI (Structured Streaming tab) on %s", spark.sparkContext.uiWebUrl)
     _apply_runtime_settings(spark, settings)
     return spark
+
+
+def _local_jar(entry: str) -> Path | None:
+    """The file a ``spark.jars`` entry names on this host (a path or ``file:`` URI), or None for
+    what executors must resolve themselves (``local:``, remote URIs, globs)."""
+    if "*" in entry or "?" in entry:
+        return None
+    if not storage.is_local(entry):
+        return None
+    path = storage.local_path(entry)
+    return path.resolve() if path.is_file() else None
 
 
 def _own_session_gateway(builder: Any) -> None:

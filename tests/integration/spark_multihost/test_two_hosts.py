@@ -1,8 +1,10 @@
-"""The ``streamling`` CLI on a cluster of two hosts, with its checkpoints and its Delta table on HDFS.
+"""The ``streamling`` CLI on a cluster of two hosts, with its checkpoints and a Delta table on HDFS
+and another Delta table on S3.
 
 Executors on host B have nothing of ours installed: they run the job's packed Python environment,
-shipped with the application. Worker b is SIGKILLed mid-stream (its tasks rerun on host A), then the
-driver is SIGKILLed and started again from the checkpoint on HDFS: the table ends with every id once.
+shipped with the application, and take the connector jars (s3a's ~700 MB included) from their host's
+cache. Worker b is SIGKILLed mid-stream (its tasks rerun on host A), then the driver is SIGKILLed and
+started again from the checkpoint on HDFS: the tables end with every id once.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from services import start_services
+from services import delta_table_on_s3, s3a_conf, start_services
+
+from streamling.runtime.session import ensure_jars
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 ROWS = 6_000  # 1,000 per epoch at 1,000 rows/s: 6 epochs, 3 of them after the driver is killed
@@ -36,7 +40,7 @@ sinks:
 #: a second flow: a Python data source, planned by Python in the driver's JVM, read on executors
 PLUGIN_FLOW = """
   plugged: {{type: basic_plugin.random_source, max_rows: {rows}, record_batch_size: 1000}}
-  random_lake: {{type: delta, from: plugged, path: {lake}_random}}
+  random_lake: {{type: delta, from: plugged, path: {lake}}}
 """
 
 
@@ -80,20 +84,31 @@ def _host_b_executors(state: Path, app_name: str, since: float) -> list[Path]:
     return found
 
 
+def _host_b_jars(state: Path) -> dict[str, int]:
+    """The jars in host B's cache (its own /tmp), by file name, with their sizes."""
+    cache = state / "hostb" / "systmp" / "streamling-envs" / "jars"
+    return {j.name: j.stat().st_size for j in cache.glob("*@*/*.jar")} if cache.exists() else {}
+
+
 def test_two_hosts_lose_a_worker_and_the_driver_and_keep_every_row_once(
-        tmp_path: Path, two_hosts: dict[str, str], spark: Any, unique_name: str, pg_environ: dict[str, str]) -> None:
+        tmp_path: Path, two_hosts: dict[str, str], s3: dict[str, str], spark: Any, unique_name: str,
+        pg_environ: dict[str, str]) -> None:
     hdfs = two_hosts["STREAMLING_TEST_HDFS_URL"]
     lake = f"{hdfs}/tests/{unique_name}/lake"
     state = f"{hdfs}/tests/{unique_name}/state"
+    # Executors on both hosts write this one: host B's get s3a's jars from its own cache.
+    random_lake = f"s3a://{s3['STREAMLING_TEST_S3_BUCKET']}/tests/{unique_name}/random"
     pipeline = tmp_path / "pipeline.yaml"
     text = PIPELINE.format(rows=ROWS, lake=lake)
-    source, sink = PLUGIN_FLOW.format(rows=ROWS, lake=lake).strip("\n").splitlines()
+    source, sink = PLUGIN_FLOW.format(rows=ROWS, lake=random_lake).strip("\n").splitlines()
     text = text.replace("transforms:\n", f"{source}\ntransforms:\n").replace("sinks:\n", f"sinks:\n{sink}\n")
     pipeline.write_text(text)
+    s3a = {**s3a_conf(s3), "spark.jars": s3["STREAMLING_TEST_S3A_JARS"]}
     # The rerun resumes the killed driver's checkpoint: a backend that keeps positions, and one every
     # host reaches (SQLite is refused on a cluster).
     env = {**_cli_env(two_hosts, unique_name, state), "STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Postgres",
-           **{k: v for k, v in pg_environ.items() if k.startswith("STREAMLING__STATE_BACKEND__POSTGRES__")}}
+           **{k: v for k, v in pg_environ.items() if k.startswith("STREAMLING__STATE_BACKEND__POSTGRES__")},
+           **{f"STREAMLING__SPARK__CONF__{k}": v for k, v in s3a.items()}}
     cli = str(Path(sys.executable).with_name("streamling"))
     worker_b = Path(two_hosts["STREAMLING_TEST_MULTIHOST_WORKER_B_PIDFILE"])
     started = time.time()
@@ -117,17 +132,25 @@ def test_two_hosts_lose_a_worker_and_the_driver_and_keep_every_row_once(
     finally:
         start_services("spark_multihost")
 
-    # Executors on host B ran the shipped environment: nothing of ours is installed there.
-    executors = _host_b_executors(Path(two_hosts["STREAMLING_TEST_MULTIHOST_STATE"]), unique_name, started)
+    # Executors on host B ran the shipped environment: nothing of ours is installed there. Their
+    # jars came from the host's cache, not with the application: its folders hold streamling's own
+    # small jar (the plugin that fills the cache) and no other.
+    cluster_state = Path(two_hosts["STREAMLING_TEST_MULTIHOST_STATE"])
+    executors = _host_b_executors(cluster_state, unique_name, started)
     assert executors, "no executor of this test ran on host B"
     assert any((e / "streamling_env" / "bin" / "streamling-python").exists() for e in executors)
+    assert {j.name for e in executors for j in e.glob("*.jar")} == {"streamling-native.jar"}
+    cached = _host_b_jars(cluster_state)
+    for jar in [*s3["STREAMLING_TEST_S3A_JARS"].split(","), *map(str, ensure_jars())]:
+        assert cached.get(Path(jar).name) == Path(jar).stat().st_size, (jar, sorted(cached))
 
     # The table, read by a fresh session of this process: every id once, the right values.
     table = spark.read.format("delta").load(lake)
     count, distinct, low, high = table.selectExpr("count(*)", "count(DISTINCT id)", "min(id)", "max(id)").first()
     assert (count, distinct, low, high) == (ROWS, ROWS, 0, ROWS - 1)
-    random = spark.read.format("delta").load(f"{lake}_random")
-    assert random.selectExpr("count(*)", "count(DISTINCT alphanumeric_field)").first() == (ROWS, ROWS)
+    # The S3 table, as its Delta log says: every row once.
+    random = delta_table_on_s3(s3, random_lake)
+    assert (random.num_rows, len(set(random.column("alphanumeric_field").to_pylist()))) == (ROWS, ROWS)
     import xxhash
 
     pairs = {(r.customer, r.h) for r in table.select("customer", "h").distinct().collect()}
@@ -151,3 +174,25 @@ def test_workers_without_the_drivers_python_fail_the_first_task_naming_both_vers
                                rf"but the driver runs Python {re.escape(sys.version.split()[0])}: install Python "
                                rf"{minor} on every worker", error[-1]), proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_a_worker_that_cannot_keep_the_jars_is_named_once_and_the_others_carry_on(
+        tmp_path: Path, two_hosts: dict[str, str], unique_name: str) -> None:
+    hdfs = two_hosts["STREAMLING_TEST_HDFS_URL"]
+    pipeline = tmp_path / "pipeline.yaml"
+    # JVM work only (no Python UDF): worker a's executors run it with the driver's own jar files.
+    pipeline.write_text("sources:\n  orders: {type: generate, rows: 600, rows_per_batch: 100, "
+                        "rows_per_second: 100}\nsinks:\n  out: {type: blackhole, from: orders}\n")
+    # No folder can be made under /proc: host B's executors cannot fill their cache.
+    env = {**_cli_env(two_hosts, unique_name, f"{hdfs}/tests/{unique_name}/state"),
+           "STREAMLING__SPARK__CONF__spark.executorEnv.STREAMLING_WORKER_CACHE": "/proc/streamling-cache"}
+    proc = subprocess.run([str(Path(sys.executable).with_name("streamling")), str(pipeline)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "pipeline finished" in proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "cannot put the application's connector jars" in line]
+    assert len(said) == 1, proc.stderr[-3000:]
+    assert re.search(r"ERROR HostJars: streamling: worker host streamling-hostb \(executor \d+\) cannot put the "
+                     r"application's connector jars in its cache /proc/streamling-cache/jars: .+ Check that every "
+                     r"worker reaches the driver \(spark.driver.host\) and has room in /proc/streamling-cache/jars, "
+                     r"or point spark.executorEnv.STREAMLING_WORKER_CACHE elsewhere", said[0]), said[0]

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from services import s3a_conf
 
 pytestmark = [pytest.mark.slow, pytest.mark.s3]
 
@@ -21,14 +22,7 @@ ROWS = 3_000
 def _env(s3: dict[str, str], name: str, **over: str) -> dict[str, str]:
     """The CLI's settings: the s3a jars on the driver's class path (local mode), the store's endpoint
     and credentials as a user sets them (spark.conf), no retry storm against a refusing store."""
-    conf = {"spark.driver.extraClassPath": s3["STREAMLING_TEST_S3A_JARS"].replace(",", ":"),
-            "spark.hadoop.fs.s3a.endpoint": s3["STREAMLING_TEST_S3_ENDPOINT"],
-            "spark.hadoop.fs.s3a.path.style.access": "true",
-            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
-            "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
-            "spark.hadoop.fs.s3a.access.key": s3["STREAMLING_TEST_S3_ACCESS_KEY"],
-            "spark.hadoop.fs.s3a.secret.key": s3["STREAMLING_TEST_S3_SECRET_KEY"],
-            "spark.hadoop.fs.s3a.attempts.maximum": "1", "spark.hadoop.fs.s3a.retry.limit": "1", **over}
+    conf = {"spark.driver.extraClassPath": s3["STREAMLING_TEST_S3A_JARS"].replace(",", ":"), **s3a_conf(s3), **over}
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
     env.update({f"STREAMLING__SPARK__CONF__{k}": v for k, v in conf.items()})
     env.update(STREAMLING__SPARK__MASTER="local[2]", STREAMLING__APPLICATION_ID=name, STREAMLING__ADMIN_API_PORT="0")
