@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from browser_lab import Lab, running_lab
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Lab]:
-    with running_lab(tmp_path) as server:
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """One JupyterLab per test module: its tests write notebooks of their own names."""
+    with running_lab(tmp_path_factory.mktemp("lab")) as server:
         yield server

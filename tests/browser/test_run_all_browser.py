@@ -1,5 +1,7 @@
 """Run All in a real JupyterLab stops at the first failing ``%%streamling`` cell, whatever its kind,
 and a committed notebook opened as on a fresh clone shows its saved monitor as a static snapshot.
+A notebook's ``dbutils.widgets`` show in a bar above its cells, and a value changed there is what the
+next ``%%streamling`` cell reads.
 
 The failures here are found when the cell runs, before any Spark session: a YAML cell that does not
 parse, SQL that does not parse, a script that does not load. Each notebook holds a valid definition
@@ -12,7 +14,7 @@ import re
 import shutil
 
 import pytest
-from browser_lab import ROOT, Lab, browser_page, run_all, write_notebook
+from browser_lab import ARTIFACTS, ROOT, Lab, browser_page, run_all, write_notebook
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
@@ -86,3 +88,65 @@ def test_run_all_stops_at_the_first_failing_cell_of_every_kind_and_a_fresh_clone
         assert int(monitor.locator("[data-testid=sl-node][data-node=lake]").get_attribute("data-rows") or 0) > 0
         assert monitor.locator("[data-testid=sl-stop]").is_hidden()
         assert monitor.locator("[data-testid=sl-epoch][data-state=finalized]").count() > 0
+
+
+PARAMETERS = [
+    "%load_ext streamling",
+    'dbutils.widgets.text("region", "eu", "Region")\ndbutils.widgets.dropdown("size", "10", ["10", "20", "30"])',
+    'dbutils.widgets.multiselect("kinds", "a", ["a", "b", "c"])',
+    "%%streamling source orders\ntype: generate\nrows: {{size}}",
+    "%streamling yaml",
+    "print(sorted(dbutils.widgets.getAll().items()))",
+]
+
+
+def test_dbutils_widgets_show_above_the_cells_and_a_changed_value_is_what_the_next_cell_reads(lab: Lab) -> None:
+    write_notebook(lab.root / "parameters.ipynb", PARAMETERS)
+    cells = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell"
+    with browser_page(lab, "parameters-failure.png") as page:
+        run_all(page, lab, "parameters.ipynb")
+        page.wait_for_function(f"() => !({PROMPTS})().some(p => p.includes('*') || !/\\d/.test(p))",
+                               timeout=120_000)
+        bar = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) [data-testid=sl-params-bar]")
+        bar.wait_for(timeout=30_000)
+        # Every declared widget, whichever cell declared it, in one bar above the first cell.
+        names = bar.locator("[data-testid=sl-param]").evaluate_all("els => els.map(e => e.dataset.name)")
+        assert names == ["region", "size", "kinds"], names
+        first_cell = page.locator(cells).first.bounding_box()
+        box = bar.bounding_box()
+        assert box and first_cell and box["height"] > 20 and box["y"] + box["height"] <= first_cell["y"] + 1, \
+            (box, first_cell)
+        for declaring in (1, 2):  # the declaring cells say where their controls went
+            note = page.locator(cells).nth(declaring).locator("[data-testid=sl-params-note]")
+            assert note.inner_text() == "parameters: in the bar above the notebook's cells"
+        yaml_out = page.locator(cells).nth(4).locator(".jp-OutputArea-output").first
+        assert "rows: 10" in yaml_out.inner_text(), yaml_out.inner_text()
+
+        # Changed in the bar: the kernel reads the new values, and the definition cell run again too.
+        bar.locator("[data-name=size] select").select_option("30")
+        region = bar.locator("[data-name=region] input")
+        region.fill("us")
+        region.press("Enter")
+        bar.locator("[data-name=kinds] select").select_option(["a", "c"])
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "parameters.png"))
+        page.locator(cells).nth(3).locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")  # the source cell, then the yaml cell
+        page.keyboard.press("Shift+Enter")
+        page.wait_for_function(
+            f"() => /rows: 30/.test(document.querySelectorAll('{cells}')[4].querySelector('.jp-OutputArea-output')"
+            "?.textContent || '')", timeout=60_000)
+        page.keyboard.press("Shift+Enter")  # getAll
+        page.wait_for_function(
+            f"() => (document.querySelectorAll('{cells}')[5].querySelector('.jp-OutputArea-output')?.textContent"
+            " || '').includes('region')", timeout=60_000)
+        printed = page.locator(cells).nth(5).locator(".jp-OutputArea-output").first.inner_text()
+        assert printed.strip() == "[('kinds', 'a,c'), ('region', 'us'), ('size', '30')]", printed
+
+        # Declared again (the cell run again): the same controls, the values entered kept.
+        page.locator(cells).nth(1).locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")
+        page.locator(cells).nth(1).locator("[data-testid=sl-params-note]").wait_for(timeout=30_000)
+        assert bar.locator("[data-testid=sl-param]").count() == 3
+        assert bar.locator("[data-name=region] input").input_value() == "us"
+        assert bar.locator("[data-name=size] select").input_value() == "30"

@@ -142,31 +142,43 @@ def test_load_ext_keeps_a_dbutils_the_kernel_already_has() -> None:
     assert fresh.user_ns["dbutils"] is dbutils
 
 
-def test_in_a_notebook_each_widget_is_an_input_control_whose_value_the_next_get_reads(
+def test_in_a_notebook_the_widgets_are_input_controls_whose_values_the_next_get_reads(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import IPython.display
-    import ipywidgets
 
     import streamling.notebook
+    from streamling.notebook.parameter_bar import ParameterBar
 
     shown: list[Any] = []
+    cell = types.SimpleNamespace(execution_count=1)
     monkeypatch.setattr(streamling.notebook, "in_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    monkeypatch.setattr(IPython, "get_ipython", lambda: cell)
     env: dict[str, str] = {}
     w = Widgets(environ=env)
     w.text("topic", "orders", "Kafka topic")
     w.dropdown("mode", "fast", ["fast", "safe"])
+    cell.execution_count = 2
     w.combobox("region", "eu", ["eu", "us"])
     w.multiselect("kinds", "a", ["a", "b", "c"])
-    text, dropdown, combobox, multi = shown
-    assert isinstance(text, ipywidgets.Text) and text.description == "Kafka topic" and text.value == "orders"
-    assert isinstance(dropdown, ipywidgets.Dropdown) and dropdown.options == ("fast", "safe")
-    assert isinstance(combobox, ipywidgets.Combobox) and isinstance(multi, ipywidgets.SelectMultiple)
-    text.value, dropdown.value, combobox.value, multi.value = "payments", "safe", "ap", ("a", "c")
+    # Each declaring cell shows, once, the one widget that draws them all (in the bar above the cells).
+    bar = shown[0]
+    assert isinstance(bar, ParameterBar) and shown == [bar, bar]
+    assert bar.controls == [
+        {"name": "topic", "kind": "text", "label": "Kafka topic", "choices": []},
+        {"name": "mode", "kind": "dropdown", "label": "mode", "choices": ["fast", "safe"]},
+        {"name": "region", "kind": "combobox", "label": "region", "choices": ["eu", "us"]},
+        {"name": "kinds", "kind": "multiselect", "label": "kinds", "choices": ["a", "b", "c"]}]
+    assert bar.values == {"topic": "orders", "mode": "fast", "region": "eu", "kinds": "a"}
+    bar.values = {"topic": "payments", "mode": "safe", "region": "ap", "kinds": "a,c"}  # as the page sets them
     assert w.getAll() == {"topic": "payments", "mode": "safe", "region": "ap", "kinds": "a,c"}
     assert w.defaults()["topic"] == "orders"  # what a job of this notebook uses
+    assert bar.summary_text() == "parameters: topic = payments, mode = safe, region = ap, kinds = a,c"
     # re-running the declaring cell keeps what was entered, as on Databricks
+    cell.execution_count = 3
     w.text("topic", "orders", "Kafka topic")
-    assert w.get("topic") == "payments" and shown[-1].value == "payments"
+    assert w.get("topic") == "payments" and len(shown) == 3 and bar.values["topic"] == "payments"
+    w.remove("mode")
+    assert [c["name"] for c in bar.controls] == ["topic", "region", "kinds"] and "mode" not in bar.values
     env[PARAMETERS_ENV] = json.dumps({"topic": "from-the-job"})  # a job parameter still wins
     assert w.get("topic") == "from-the-job"

@@ -13,11 +13,12 @@ nbconvert run pass parameters. A job parameter is readable with ``get`` even whe
 declares it, as on Databricks. ``load_ipython_extension`` puts this object in the notebook's
 namespace only when ``dbutils`` is not defined there already (on Databricks the real one wins).
 
-In a notebook (a Jupyter kernel) each declaration shows its input control — a text box, a
-dropdown, a combobox or a multi-select, as Databricks draws them — in the declaring cell's output;
-a value changed there is what ``get`` and ``{{name}}`` read from then on (a job parameter still
-wins). The bundle compiler reads the same declarations from the notebook's source without running
-it (``streamling.bundle.compile``); a job uses the defaults and its parameters.
+In a notebook (a Jupyter kernel) the declared widgets are input controls — a text box, a
+dropdown, a combobox or a multi-select, as Databricks draws them — in a bar above the cells where
+the front end has one, else in the declaring cell (``parameter_bar``); a value changed there is what
+``get`` and ``{{name}}`` read from then on (a job parameter still wins). The bundle compiler reads
+the same declarations from the notebook's source without running it (``streamling.bundle.compile``);
+a job uses the defaults and its parameters.
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ class Widgets:
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = environ
         self._widgets: dict[str, Widget] = {}
+        self._bar: Any = None  #: the kernel's ParameterBar, once a declaration showed it
+        self._shown_in: int | None = None  #: the cell (execution count) that showed it last
 
     # --- declaring ----------------------------------------------------------------------------
 
@@ -127,34 +130,24 @@ class Widgets:
         from streamling.notebook import in_kernel
 
         if in_kernel():
-            from IPython.display import display
+            self._show()
 
-            display(self._control(name, widget))
+    def _show(self) -> None:
+        """Show the widget that draws every declared widget's input control (``ParameterBar``), up to
+        date, once per cell: a cell declaring several widgets gets one view of it."""
+        from IPython import get_ipython
+        from IPython.display import display
 
-    def _control(self, name: str, widget: Widget) -> Any:
-        """The input control a notebook shows for a widget; a change sets the value the next
-        ``get`` (and ``{{name}}`` in the next cell or run) reads."""
-        import ipywidgets
+        from streamling.notebook.parameter_bar import ParameterBar
 
-        current = widget.value if widget.value is not None else widget.default
-        common: dict[str, Any] = {"description": widget.label or name, "style": {"description_width": "initial"}}
-        control: Any
-        if widget.kind == "dropdown":
-            control = ipywidgets.Dropdown(options=widget.choices, value=current, **common)
-        elif widget.kind == "combobox":
-            control = ipywidgets.Combobox(options=widget.choices, value=current, ensure_option=False, **common)
-        elif widget.kind == "multiselect":
-            picked = tuple(v.strip() for v in current.split(",") if v.strip())
-            control = ipywidgets.SelectMultiple(options=widget.choices, value=picked, **common)
+        if self._bar is None:
+            self._bar = ParameterBar(self)
         else:
-            control = ipywidgets.Text(value=current, **common)
-
-        def changed(change: dict[str, Any]) -> None:
-            new = change["new"]
-            widget.value = ",".join(new) if isinstance(new, (tuple, list)) else str(new)
-
-        control.observe(changed, names="value")
-        return control
+            self._bar.refresh()
+        cell = getattr(get_ipython(), "execution_count", None)
+        if cell is None or cell != self._shown_in:
+            self._shown_in = cell
+            display(self._bar)
 
     def text(self, name: str, defaultValue: str, label: str | None = None) -> None:
         """A free-text parameter."""
@@ -179,9 +172,13 @@ class Widgets:
         if name not in self._widgets:
             raise InputWidgetNotDefined(f"No input widget named {name} is defined")
         del self._widgets[name]
+        if self._bar is not None:
+            self._bar.refresh()
 
     def removeAll(self) -> None:
         self._widgets.clear()
+        if self._bar is not None:
+            self._bar.refresh()
 
     # --- reading ------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 // streamling-magics: SQL, YAML and JavaScript/TypeScript highlighting of `%%streamling` cells in
-// JupyterLab 4 and Notebook 7.
+// JupyterLab 4 and Notebook 7, and the bar above a notebook's cells where its dbutils.widgets show.
 //
 // A prebuilt federated extension written by hand: no build step, no bundled code. JupyterLab loads
 // this file as a plain <script> (package.json names it in jupyterlab._build.load) and uses the
@@ -153,6 +153,72 @@
     tracker.widgetAdded.connect((_, panel) => watch(panel));
   }
 
+  // The parameters bar: as on Databricks, a notebook's dbutils.widgets (streamling's ParameterBar
+  // widget, widgets/parameters.js) are drawn above its cells, whichever cell declared them. The
+  // widget's views call window.streamlingParameterBar(theirElement) once the page holds them: null
+  // outside a notebook panel (they then draw in their cell), else a handle to claim the bar with. The
+  // latest claim draws there; when its view goes (its output cleared), the one before it does again.
+  function activateBar(app, tracker, lumino) {
+    if (!tracker) return;
+    const bars = new WeakMap(); // notebook panel -> { bar, claims }
+
+    function barOf(panel) {
+      let state = bars.get(panel);
+      if (!state) {
+        const bar = new lumino.Widget();
+        bar.addClass("sl-params-bar");
+        bar.node.dataset.testid = "sl-params-bar";
+        bar.hide();
+        panel.contentHeader.addWidget(bar);
+        state = { bar, claims: [] };
+        bars.set(panel, state);
+      }
+      return state;
+    }
+
+    function update(panel, state) {
+      const { bar, claims } = state;
+      const top = claims[claims.length - 1];
+      if (!top) {
+        bar.node.replaceChildren();
+        bar.hide();
+      } else {
+        top.draw(bar.node);
+        bar.show();
+        // The header's layout sizes the bar from its minimum height: the height of what it holds,
+        // with its padding and border (the bar is border-box).
+        const style = getComputedStyle(bar.node);
+        const frame = ["paddingTop", "paddingBottom", "borderTopWidth", "borderBottomWidth"]
+          .reduce((sum, key) => sum + (parseFloat(style[key]) || 0), 0);
+        const content = bar.node.firstElementChild ? bar.node.firstElementChild.offsetHeight : 0;
+        bar.node.style.minHeight = `${Math.ceil(content + frame)}px`;
+      }
+      panel.contentHeader.fit();
+    }
+
+    window.streamlingParameterBar = (el) => {
+      const panel = tracker.find((p) => p.node.contains(el));
+      if (!panel || !panel.contentHeader || panel.isDisposed) return null;
+      const state = barOf(panel);
+      return {
+        claim(draw) {
+          const claim = {
+            draw,
+            redraw: () => state.claims[state.claims.length - 1] === claim && update(panel, state),
+            release: () => {
+              const at = state.claims.indexOf(claim);
+              if (at >= 0) state.claims.splice(at, 1);
+              if (!panel.isDisposed) update(panel, state);
+            },
+          };
+          state.claims.push(claim);
+          update(panel, state);
+          return claim;
+        },
+      };
+    };
+  }
+
   // The container protocol JupyterLab's bootstrap and main() use (webpack module federation).
   let shareScope = {};
 
@@ -172,16 +238,23 @@
     },
     async get(module) {
       if (module !== "./extension") throw new Error(`Module "${module}" does not exist in container ${NAME}.`);
-      const [notebook, codemirror] = await Promise.all(
-        [importShared("@jupyterlab/notebook"), importShared("@jupyterlab/codemirror")]);
-      const plugin = {
+      const [notebook, codemirror, lumino] = await Promise.all(
+        [importShared("@jupyterlab/notebook"), importShared("@jupyterlab/codemirror"),
+          importShared("@lumino/widgets")]);
+      const plugins = [{
         id: `${NAME}:highlight`,
         description: "Highlights the body of %%streamling cells as SQL, YAML, JavaScript or TypeScript.",
         autoStart: true,
         optional: [notebook.INotebookTracker, codemirror.IEditorLanguageRegistry],
         activate,
-      };
-      return () => ({ __esModule: true, default: plugin });
+      }, {
+        id: `${NAME}:parameters-bar`,
+        description: "Shows a notebook's dbutils.widgets in a bar above its cells.",
+        autoStart: true,
+        optional: [notebook.INotebookTracker],
+        activate: (app, tracker) => activateBar(app, tracker, lumino),
+      }];
+      return () => ({ __esModule: true, default: plugins });
     },
   };
 })();
