@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -374,6 +375,18 @@ def test_for_each_tasks_run_their_task_once_per_input(project: Path) -> None:
     iterations = runs(project, "fan[each]")
     assert len(iterations) == 3 and {i["trigger"] for i in iterations} == {"for_each"}
     assert (out / "fan_after.jsonl").exists()
+    # `bundle runs` nests the iterations under their task, in input order, as Databricks does.
+    each = {t["task_key"]: t for t in run["tasks"]}["each"]
+    assert [(i["index"], i["input"], i["state"]) for i in each["iterations"]] == [
+        (0, "a", "succeeded"), (1, "b", "succeeded"), (2, '{"c": 3}', "succeeded")]
+    assert {i["run_id"] for i in each["iterations"]} == {i["run_id"] for i in iterations}
+    listed = bundle(project, "runs")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert not any(" fan[each] " in line for line in lines), listed.stdout  # not at the top level
+    at = next(i for i, line in enumerate(lines) if re.match(rf"\s*{run['run_id']}\s+fan\s", line))
+    assert [re.sub(r"\s+", " ", line.strip()) for line in lines[at + 1:at + 4]] == [
+        f"{it['run_id']} └ each[{it['index']}] succeeded input {it['input']}" for it in each["iterations"]]
 
     failed = bundle(project, "run", "fan_fail")
     assert failed.returncode == 1

@@ -356,15 +356,21 @@ def cmd_runs(args: argparse.Namespace) -> int:
     ws = Workspace.for_target(bundle.target)
     store = ws.open_store()
     runs = store.runs(args.job, limit=args.limit)
+    if not args.job:  # a for-each iteration is listed under its task, as Databricks nests it
+        runs = [r for r in runs if not (r.parent_run is not None and r.trigger == "for_each")]
     rows: list[dict[str, Any]] = []
     for run in runs:
         attempts = [{**dict(a), "figures": run_figures(a["log_path"], ws)} for a in store.attempts(run.id)]
+        tasks = []
+        for t in store.tasks(run.id):
+            task: dict[str, Any] = {"task_key": t["task_key"], "state": t["state"], "message": t["message"]}
+            if t["iterations"]:
+                task["iterations"] = _iterations(store, run.id, t["task_key"])
+            tasks.append(task)
         rows.append({"run_id": run.id, "job": run.job_key, "state": run.state, "trigger": run.trigger,
                      "deployment": run.deployment, "params": run.params, "created_at": run.created_at,
                      "started_at": run.started_at, "ended_at": run.ended_at, "message": run.message,
-                     "tasks": [{"task_key": t["task_key"], "state": t["state"], "message": t["message"]}
-                               for t in store.tasks(run.id)],
-                     "attempts": attempts})
+                     "tasks": tasks, "attempts": attempts})
     if args.output == "json":
         _out(json.dumps(rows, indent=2, default=str))
         return 0
@@ -378,7 +384,26 @@ def cmd_runs(args: argparse.Namespace) -> int:
         epochs = str(figures["checkpoint"]["epochs_succeeded"]) if figures else "-"
         _out(f"{row['run_id']:>5}  {row['job']:<24} {row['state']:<10} {row['trigger']:<10} {row['deployment']:>10} "
              f"{len(row['attempts']):>8}  {rows_out:>10}  {epochs:>6}  {started:<19}  {row['message'] or ''}")
+        for task in row["tasks"]:
+            for it in task.get("iterations", []):
+                name = f"{task['task_key']}[{it['index']}]"
+                _out(f"{it['run_id']:>5}    └ {name:<20} {it['state']:<10} input {it['input']}"
+                     + (f": {it['message']}" if it["message"] and it["state"] != "succeeded" else ""))
     return 0
+
+
+def _iterations(store: Any, run_id: int, task_key: str) -> list[dict[str, Any]]:
+    """A for-each task's iterations in input order: each ran as a run of the task's hidden job."""
+    from streamling.bundle.runner import ITERATION_INDEX, ITERATION_INPUT
+
+    out: list[dict[str, Any]] = []
+    for child in reversed(store.child_runs(run_id, task_key)):  # oldest first: the order they started
+        run = store.run(child["id"])
+        if run is None or run.trigger != "for_each":
+            continue
+        out.append({"run_id": run.id, "index": int(run.params.get(ITERATION_INDEX, len(out))),
+                    "input": run.params.get(ITERATION_INPUT), "state": run.state, "message": run.message})
+    return sorted(out, key=lambda it: it["index"])
 
 
 def run_figures(log_path: str, ws: Workspace) -> dict[str, Any] | None:
