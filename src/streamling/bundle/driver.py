@@ -23,6 +23,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -273,10 +274,22 @@ def _notebook_task(ws: Any, version: int, job_key: str, task_key: str, params: d
 def _pipeline_update(deployment: dict[str, Any], task: dict[str, Any]) -> int:
     """A pipeline task: one update of a declarative pipeline by Spark's own ``spark-pipelines`` CLI,
     with its state (``storage``: checkpoints of its streaming tables) under the target root and its
-    tables in the root's ``warehouse/``; a full refresh recomputes every table from scratch."""
+    tables in the root's ``warehouse/``; a full refresh recomputes every table from scratch.
+
+    Its tables are Delta tables, as a Lakeflow pipeline's are: the CLI's JVM gets streamling's
+    connector jars on its class path (``SPARK_DIST_CLASSPATH``: Spark Connect's sessions find data
+    sources there, not through ``spark.jars``) and, in a configuration folder of its own
+    (``SPARK_CONF_DIR``: the CLI's ``--conf`` options did not reliably reach its server), the Delta
+    catalog and the target's Spark settings (a task cluster's ``spark_conf`` over them)."""
     import subprocess
+    from importlib import resources
 
     import yaml
+
+    from streamling.config import load_settings
+    from streamling.config.settings import mask_secrets
+    from streamling.runtime.session import ensure_jars
+    from streamling.util import write_private
 
     key = task["pipeline"]["id"]
     resolved = deployment["resolved"]
@@ -298,16 +311,32 @@ def _pipeline_update(deployment: dict[str, Any], task: dict[str, Any]) -> int:
         spec["database"] = pipeline["schema"]
     spec_file = home / "spark-pipeline.yml"
     spec_file.write_text(yaml.safe_dump(spec, sort_keys=False))
-    # the warehouse is a static setting: the CLI's spark-submit takes it, the spec's configuration cannot
+    # The CLI's JVM reads its settings from the Spark configuration folder it is given: static ones
+    # (the warehouse, the Delta catalog) included, and none of them on a command line (secrets).
     warehouse = Path(deployment["root_path"]) / "warehouse"
-    command = [str(Path(sys.executable).parent / "spark-pipelines"), "run", "--conf",
-               f"spark.sql.warehouse.dir={warehouse}", "--spec", str(spec_file)]
+    settings = load_settings(task.get("config_name"), cwd=files, overrides=task_config(deployment, task))
+    partitions = str(settings.spark.shuffle_partitions)
+    conf = {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            "spark.sql.sources.default": "delta", "spark.sql.shuffle.partitions": partitions,
+            "spark.databricks.delta.snapshotPartitions": partitions, "spark.ui.showConsoleProgress": "false",
+            "spark.sql.session.timeZone": "UTC", **{k: str(v) for k, v in settings.spark.conf.items()},
+            "spark.sql.warehouse.dir": str(warehouse)}
+    conf_dir = home / "spark-conf"
+    conf_dir.mkdir(exist_ok=True)
+    write_private(conf_dir / "spark-defaults.conf", "".join(f"{k} {v}\n" for k, v in conf.items()))
+    shutil.copyfile(str(resources.files("streamling.runtime").joinpath("log4j2.properties")),
+                    conf_dir / "log4j2.properties")
+    command = [str(Path(sys.executable).parent / "spark-pipelines"), "run", "--spec", str(spec_file)]
     if task["pipeline"].get("full_refresh"):
         command.append("--full-refresh-all")
-    log.info("pipeline task '%s': updating pipeline '%s'%s: %s", task["task_key"], key,
-             " (full refresh)" if task["pipeline"].get("full_refresh") else "", " ".join(command))
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    log.info("pipeline task '%s': updating pipeline '%s'%s: %s, with %s", task["task_key"], key,
+             " (full refresh)" if task["pipeline"].get("full_refresh") else "", " ".join(command),
+             json.dumps(mask_secrets(conf)))
+    jars = os.pathsep.join(str(j) for j in ensure_jars())
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_CONF_DIR": str(conf_dir),
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+           "SPARK_DIST_CLASSPATH": os.pathsep.join(p for p in [jars, os.environ.get("SPARK_DIST_CLASSPATH", "")] if p)}
     sys.stdout.flush()
     proc = subprocess.Popen(command, cwd=home, env=env, start_new_session=True)
 
