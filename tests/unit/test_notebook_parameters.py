@@ -152,7 +152,9 @@ def test_in_a_notebook_the_widgets_are_input_controls_whose_values_the_next_get_
     shown: list[Any] = []
     cell = types.SimpleNamespace(execution_count=1)
     monkeypatch.setattr(streamling.notebook, "in_kernel", lambda: True)
-    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    updated: list[str] = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, display_id: shown.append(obj))
+    monkeypatch.setattr(IPython.display, "update_display", lambda obj, display_id: updated.append(display_id))
     monkeypatch.setattr(IPython, "get_ipython", lambda: cell)
     env: dict[str, str] = {}
     w = Widgets(environ=env)
@@ -164,6 +166,8 @@ def test_in_a_notebook_the_widgets_are_input_controls_whose_values_the_next_get_
     # Each declaring cell shows, once, the one widget that draws them all (in the bar above the cells).
     bar = shown[0]
     assert isinstance(bar, ParameterBar) and shown == [bar, bar]
+    # a cell's later declarations update the displays (the text/HTML fallback of every cell showing it)
+    assert updated == [f"streamling-parameters-{bar.model_id}"] * 2
     assert bar.controls == [
         {"name": "topic", "kind": "text", "label": "Kafka topic", "choices": []},
         {"name": "mode", "kind": "dropdown", "label": "mode", "choices": ["fast", "safe"]},

@@ -136,7 +136,7 @@ class Widgets:
         """Show the widget that draws every declared widget's input control (``ParameterBar``), up to
         date, once per cell: a cell declaring several widgets gets one view of it."""
         from IPython import get_ipython
-        from IPython.display import display
+        from IPython.display import display, update_display
 
         from streamling.notebook.parameter_bar import ParameterBar
 
@@ -145,9 +145,14 @@ class Widgets:
         else:
             self._bar.refresh()
         cell = getattr(get_ipython(), "execution_count", None)
+        # Every view is one display of the bar: updating it refreshes what renderers without widgets
+        # show (the text and HTML fallback) in every cell that showed it.
+        shown = f"streamling-parameters-{self._bar.model_id}"
         if cell is None or cell != self._shown_in:
             self._shown_in = cell
-            display(self._bar)
+            display(self._bar, display_id=shown)
+        else:
+            update_display(self._bar, display_id=shown)
 
     def text(self, name: str, defaultValue: str, label: str | None = None) -> None:
         """A free-text parameter."""
@@ -172,13 +177,18 @@ class Widgets:
         if name not in self._widgets:
             raise InputWidgetNotDefined(f"No input widget named {name} is defined")
         del self._widgets[name]
-        if self._bar is not None:
-            self._bar.refresh()
+        self._refresh_shown()
 
     def removeAll(self) -> None:
         self._widgets.clear()
+        self._refresh_shown()
+
+    def _refresh_shown(self) -> None:
         if self._bar is not None:
+            from IPython.display import update_display
+
             self._bar.refresh()
+            update_display(self._bar, display_id=f"streamling-parameters-{self._bar.model_id}")
 
     # --- reading ------------------------------------------------------------------------------
 
