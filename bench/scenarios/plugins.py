@@ -6,7 +6,9 @@ Three pipelines over the same generate source and SQL, in-process on the shared 
 pipelines' rows/s next to the baseline's say what the plugin boundary (Arrow batches out of the
 JVM into Python workers and back) costs per row; ``hand-written mapInArrow`` (a ``foreachBatch``
 running the SQL, an identity ``mapInArrow`` and a ``noop`` write) says how much of that is Spark's
-own Python round trip rather than streamling's adapter.
+own Python round trip rather than streamling's adapter; ``hand-written sink mapInArrow`` (a
+``foreachBatch`` running the SQL and a ``mapInArrow`` that takes every batch and returns a count,
+collected) is what the plugin sink does, written by hand.
 """
 
 from __future__ import annotations
@@ -75,8 +77,23 @@ def run(opts: Options) -> ScenarioResult:
         with temp_dir("plugins-hw") as workdir:
             return run_handwritten(spark, source, identity_batch, workdir, rows)
 
+    def consume(batches: Any) -> Any:
+        import pyarrow as pa
+
+        rows = sum(b.num_rows for b in batches)
+        yield pa.RecordBatch.from_pydict({"rows": pa.array([rows], pa.int64())})
+
+    def sink_batch(batch: Any, _batch_id: int) -> None:
+        batch.createOrReplaceTempView("orders")
+        batch.sparkSession.sql(SQL).mapInArrow(consume, "rows bigint").collect()
+
+    def handwritten_sink() -> dict[str, Any]:
+        with temp_dir("plugins-hws") as workdir:
+            return run_handwritten(spark, source, sink_batch, workdir, rows)
+
     runs = {name: side(name) for name in pipelines}
     runs["hand-written mapInArrow"] = handwritten
+    runs["hand-written sink mapInArrow"] = handwritten_sink
     sides = {name: Side(name) for name in runs}
     log(f"{NAME}: {rows:,} rows, {opts.runs} runs")
     interleaved(opts.runs, runs, sides, log)
@@ -87,4 +104,6 @@ def run(opts: Options) -> ScenarioResult:
                      for name, s in sides.items() if name != "baseline"}
     result.ratios["identity transform plugin / hand-written mapInArrow (paired)"] = paired_ratio(
         sides["identity transform plugin"], sides["hand-written mapInArrow"], "rows_per_s")
+    result.ratios["plugin sink / hand-written sink mapInArrow (paired)"] = paired_ratio(
+        sides["plugin sink"], sides["hand-written sink mapInArrow"], "rows_per_s")
     return result

@@ -46,6 +46,10 @@ def _write(job: PluginJob, epoch: Epoch, batches: Iterator[pa.RecordBatch]) -> I
 class PluginSink(Sink[PluginNodeOptions]):
     #: written from the executors: ``parallelism`` sets how many instances write at once
     honoured_keys: ClassVar[frozenset[str]] = frozenset({"parallelism"})
+    # One job reads the batch once, and ``write`` returns every row it handed to the instances: the
+    # flow needs no observation of this sink's input (it would cost every row a little).
+    reads_once = True
+    counts_received = True
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
