@@ -180,22 +180,21 @@ class ClickHouseSink(Sink[ClickHouseSinkOptions]):
         key, and the op lower-cased (a missing op is an insert); and how many rows it was given."""
         from pyspark.sql import functions as F
 
-        from streamling.sinks.common import last_rows, op_column
+        from streamling.sinks.common import arrow_ops, last_rows
 
         if not self.columns:
             self.open(df.sparkSession)
         if any(k not in df.columns for k in self.key):
             raise self.ctx.error(f"the input has no column(s) {[k for k in self.key if k not in df.columns]} of the "
                                  f"primary key; it has {df.columns}", code="primary_key_missing", retriable=False)
-        shaped = df.withColumn(GS_OP, op_column(df))
         keep = []
-        for field in shaped.schema.fields:
+        for field in df.schema.fields:
             if field.name == GS_OP or field.name in self.columns:
                 col = F.col(f"`{field.name}`")
                 if field.dataType.typeName() in _NESTED:
                     col = F.to_json(col).alias(field.name)
                 keep.append(col)
-        table = shaped.select(*keep).toArrow()
+        table = arrow_ops(df.select(*keep).toArrow())
         return table.num_rows, last_rows(table, self.key) if self.options.deduplicate else table
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:

@@ -225,15 +225,16 @@ class PostgresAggregateSink(Sink[PostgresAggregateSinkOptions]):
     def _collect(self, df: DataFrame) -> pa.Table:
         from pyspark.sql import functions as F
 
-        from streamling.sinks.common import last_rows, op_column
+        from streamling.sinks.common import arrow_ops, last_rows
 
-        shaped = df.withColumn(GS_OP, op_column(df))
         assert self._columns is not None
         cols = []
         for name, pg_type in self._columns:
             col = F.col(f"`{name}`")
             cols.append(F.to_json(col).alias(name) if pg_type == "JSONB" else col)
-        return last_rows(shaped.select(*cols, F.col(GS_OP)).toArrow(), [*self.ctx.primary_key, GS_OP])
+        if GS_OP in df.columns:
+            cols.append(F.col(GS_OP))
+        return last_rows(arrow_ops(df.select(*cols).toArrow()), [*self.ctx.primary_key, GS_OP])
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         if self._columns is None:
@@ -245,7 +246,7 @@ class PostgresAggregateSink(Sink[PostgresAggregateSinkOptions]):
         import pyarrow as pa
         import pyarrow.csv as pacsv
 
-        table = table.append_column(EPOCH_COL, pa.array([epoch.epoch_id] * table.num_rows, pa.int64()))
+        table = table.append_column(EPOCH_COL, pa.repeat(pa.scalar(epoch.epoch_id, pa.int64()), table.num_rows))
         buf = io.BytesIO()
         pacsv.write_csv(table, buf, pacsv.WriteOptions(include_header=False, quoting_style="needed"))
         payload = buf.getvalue()
