@@ -158,14 +158,16 @@
   // widget's views call window.streamlingParameterBar(theirElement) once the page holds them: null
   // outside a notebook panel (they then draw in their cell), else a handle to claim the bar with. The
   // latest claim draws there; when its view goes (its output cleared), the one before it does again.
-  function activateBar(app, tracker, lumino) {
+  function activateBar(app, tracker) {
     if (!tracker) return;
     const bars = new WeakMap(); // notebook panel -> { bar, claims }
 
     function barOf(panel) {
       let state = bars.get(panel);
       if (!state) {
-        const bar = new lumino.Widget();
+        // A panel of the header's own class (a Lumino BoxPanel, a widget like any): no second copy of
+        // Lumino is loaded for it, and the bar holds plain elements, no child widgets.
+        const bar = new panel.contentHeader.constructor();
         bar.addClass("sl-params-bar");
         bar.node.dataset.testid = "sl-params-bar";
         bar.hide();
@@ -238,9 +240,8 @@
     },
     async get(module) {
       if (module !== "./extension") throw new Error(`Module "${module}" does not exist in container ${NAME}.`);
-      const [notebook, codemirror, lumino] = await Promise.all(
-        [importShared("@jupyterlab/notebook"), importShared("@jupyterlab/codemirror"),
-          importShared("@lumino/widgets")]);
+      const [notebook, codemirror] = await Promise.all(
+        [importShared("@jupyterlab/notebook"), importShared("@jupyterlab/codemirror")]);
       const plugins = [{
         id: `${NAME}:highlight`,
         description: "Highlights the body of %%streamling cells as SQL, YAML, JavaScript or TypeScript.",
@@ -252,7 +253,7 @@
         description: "Shows a notebook's dbutils.widgets in a bar above its cells.",
         autoStart: true,
         optional: [notebook.INotebookTracker],
-        activate: (app, tracker) => activateBar(app, tracker, lumino),
+        activate: activateBar,
       }];
       return () => ({ __esModule: true, default: plugins });
     },
