@@ -260,7 +260,7 @@ class Sink(Node[OptionsT]):
         """Prepare before the first epoch (connect, create tables). Not called on dry runs."""
 
     #: whether ``write`` returns the number of rows it received; a sink that cannot count them without
-    #: more work (``blackhole``) says False and the flow counts them in the write's own job
+    #: more work says False and the flow counts them in the write's own job
     counts_rows: ClassVar[bool] = True
     #: whether ``write`` reads the batch exactly once (one Spark job over all of it): the flow of a
     #: single source and this single sink then takes the epoch's input count from Spark's own scan
