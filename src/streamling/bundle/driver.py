@@ -324,7 +324,12 @@ def _pipeline_update(deployment: dict[str, Any], task: dict[str, Any]) -> int:
             "spark.sql.warehouse.dir": str(warehouse)}
     conf_dir = home / "spark-conf"
     conf_dir.mkdir(exist_ok=True)
-    write_private(conf_dir / "spark-defaults.conf", "".join(f"{k} {v}\n" for k, v in conf.items()))
+    # the defaults the CLI would have read otherwise come first: ours (later lines) win
+    import pyspark
+
+    inherited = Path(os.environ.get("SPARK_CONF_DIR") or Path(pyspark.__file__).parent / "conf") / "spark-defaults.conf"
+    base = inherited.read_text(encoding="utf-8") + "\n" if inherited.is_file() else ""
+    write_private(conf_dir / "spark-defaults.conf", base + "".join(f"{k} {v}\n" for k, v in conf.items()))
     shutil.copyfile(str(resources.files("streamling.runtime").joinpath("log4j2.properties")),
                     conf_dir / "log4j2.properties")
     command = [str(Path(sys.executable).parent / "spark-pipelines"), "run", "--spec", str(spec_file)]
