@@ -499,7 +499,11 @@ _TRANSIENT = ("ConnectException", "Connection refused", "Connection reset", "Soc
               "NoRouteToHostException", "EOFException", "ConnectTimeoutException", "RetriableException",
               "SafeModeException", "AWSClientIOException", "SdkClientException",
               "AWS Error NETWORK_CONNECTION", "AWS Error SLOW_DOWN", "AWS Error SERVICE_UNAVAILABLE",
-              "AWS Error REQUEST_TIMEOUT", "AWS Error INTERNAL_FAILURE")
+              "AWS Error REQUEST_TIMEOUT", "AWS Error INTERNAL_FAILURE",
+              # HDFS whose DataNodes are away while its NameNode answers (a restart, a network cut):
+              # a block being written loses its pipeline, a block being read has no live replica
+              "are bad. Aborting", "BlockMissingException", "Could not obtain block",
+              "could only be written to 0 of the")
 
 
 def storage_error(exc: BaseException, action: str, path: str) -> StreamlingError:

@@ -123,6 +123,13 @@ def test_storage_errors_are_classified_and_never_show_a_credential() -> None:
     away = storage.storage_error(RuntimeError("java.net.ConnectException: Connection refused"), "read",
                                  "hdfs://nn:8020/x")
     assert away.retriable and away.code == "storage_unreachable"
+    # HDFS's DataNodes away while its NameNode answers: a write loses its pipeline, a read its replicas
+    for text in ("java.io.IOException: All datanodes [DatanodeInfoWithStorage[10.0.0.1:9866,DS-1,DISK]] are bad. "
+                 "Aborting...",
+                 "org.apache.hadoop.hdfs.BlockMissingException: Could not obtain block: BP-1:blk_1 file=/x/1",
+                 "org.apache.hadoop.ipc.RemoteException(java.io.IOException): File /x/.1.tmp could only be written "
+                 "to 0 of the 1 minReplication nodes. There are 0 datanode(s) running"):
+        assert storage.storage_error(RuntimeError(text), "write", "hdfs://nn:8020/x").retriable, text
     missing = storage.storage_error(RuntimeError("UnsupportedFileSystemException: No FileSystem for scheme \"s3a\""),
                                     "read", "s3a://b/x")
     assert not missing.retriable and "hadoop-aws" in missing.headline()
