@@ -70,3 +70,13 @@ def produce_orders(bootstrap: str, registry_url: str, topic: str, events: list[t
                           SerializationContext(topic, MessageField.VALUE))
         producer.produce(topic, key=str(id_), value=value, headers=[("dbz.op", op.encode())])
     assert producer.flush(30) == 0
+
+
+def ready_standby(workspace: Path, deployment: int) -> int | None:
+    """The pid of the warm standby driver that is ready for ``deployment`` under the bundle root
+    ``workspace``, if there is one."""
+    for log in (workspace / "logs" / "standby").glob("*.log"):
+        ready = log.with_suffix(".go.ready")
+        if ready.exists() and f"(deployment {deployment}) ready in" in log.read_text():
+            return int(ready.read_text())
+    return None

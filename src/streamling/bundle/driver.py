@@ -603,10 +603,13 @@ class Standby:
     job (``job_runner.standby``), so that when the active driver dies its replacement has its JVM,
     SparkSession and plugins ready and resumes from the checkpoint in seconds, not after a cold start.
 
-    It prepares everything the task's deployment fixes, then only waits: it runs no query, opens no
-    sink and touches no checkpoint until the runner, having seen the active driver end, writes the
-    go file (the attempt to run, as JSON). It leaves when asked (SIGTERM: the task's definition
-    changed, or it is no longer needed) or when its runner is gone (its parent process changed)."""
+    It prepares everything the task's deployment fixes, then only waits: it runs no query, opens no sink
+    and touches no checkpoint until the runner, having seen the active driver end, writes the go file
+    (the attempt to run, as JSON). On a local master it holds a SparkSession; on a cluster only the
+    driver JVM (``prelaunch``): a SparkContext would register an application with the master and could
+    take executors the active driver needs, so it is made at takeover. It leaves when asked (SIGTERM:
+    the task's definition changed, or it is no longer needed) or when its runner is gone (its parent
+    process changed)."""
 
     POLL_SECS = 0.05
 
@@ -624,7 +627,7 @@ class Standby:
         from streamling.plugins.discovery import load_plugins
         from streamling.plugins.host import check_configured_plugins
         from streamling.runtime.planner import build_plan
-        from streamling.runtime.session import build_session
+        from streamling.runtime.session import build_session, prelaunch
 
         parent, released, ready, started = os.getppid(), threading.Event(), threading.Event(), time.monotonic()
 
@@ -645,11 +648,15 @@ class Standby:
         load_plugins(definition.settings.plugin.path)
         check_configured_plugins(definition.settings)
         plan = build_plan(definition.spec, definition.settings, dry_run=True)
-        spark = build_session(definition.settings, ui=not plan.bounded)
+        spark = None
         if definition.settings.spark.master.startswith("local"):
-            # the first job's one-time costs (code generation, the executor's first task) paid now;
-            # on a cluster the executors are the active driver's until it dies: nothing to run on
+            spark = build_session(definition.settings, ui=not plan.bounded)
+            # the first job's one-time costs (code generation, the executor's first task) paid now
             spark.range(1).count()
+        else:
+            # On a cluster a SparkContext would be an application of its own, holding executors the
+            # active driver may need: the JVM only, its context made when the standby takes over.
+            prelaunch(definition.settings, ui=not plan.bounded)
         ready.set()
         Path(f"{self.go}.ready").write_text(str(os.getpid()))
         log.info("warm standby for job '%s' task '%s' (deployment %d) ready in %.1fs: it runs nothing until the "
@@ -657,7 +664,8 @@ class Standby:
         while not self.go.exists():
             if released.is_set() or os.getppid() != parent:
                 log.info("warm standby released (%s)", "asked to stop" if released.is_set() else "its runner is gone")
-                spark.stop()
+                if spark is not None:
+                    spark.stop()
                 return None
             released.wait(self.POLL_SECS)
         attempt = dict(json.loads(self.go.read_text()))

@@ -610,18 +610,17 @@ class Runner:
 
     def _standby_wanted(self, job_key: str, record: dict[str, Any]) -> bool:
         """A continuous job's pipeline task gets a warm standby when ``job_runner.standby`` says so
-        (``auto``: on a production-mode target with a local master; off in development, where a
-        second JVM per job costs memory on a laptop and a restart's delay matters less, and on a
-        cluster, where a waiting standby is an application holding any executors it is given)."""
+        (``auto``: on a production-mode target; off in development, where a second JVM per job costs
+        memory on a laptop and a restart's delay matters less). On a cluster the standby is a driver
+        JVM without a SparkContext: no application of its own, no executors held."""
         deployment = self.deployment or {}
         job = deployment.get("jobs", {}).get(job_key) or {}
         if not _unpaused(job.get("continuous")) or record.get("kind") != "notebook" or record.get("executes"):
             return False
         config = deployment.get("config") or {}
         wanted = (config.get("job_runner") or {}).get("standby", "auto")
-        if wanted == "auto":  # on a cluster the standby is an application of its own (see README)
-            master = str((config.get("spark") or {}).get("master") or "local[*]")
-            return deployment.get("mode") == "production" and master.startswith("local")
+        if wanted == "auto":
+            return deployment.get("mode") == "production"
         return bool(wanted)
 
     def _keep_standbys(self, now: float) -> None:

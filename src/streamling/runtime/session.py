@@ -187,6 +187,7 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
     the first free port from 4040, for long-running jobs; ``spark.conf`` can still set
     ``spark.ui.enabled`` either way. ``java_options`` are added to the driver JVM's (when this
     process launches it)."""
+    global _prelaunched
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -194,6 +195,53 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
     if active is not None:
         _apply_runtime_settings(active, settings)
         return active
+    builder, shipped = _configure(settings, app_name, ui, java_options,
+                                  first_launch=SparkContext._gateway is None or _prelaunched)
+
+    def launch() -> SparkSession:
+        _own_session_gateway(builder)
+        return builder.getOrCreate()
+
+    spark = launch_with_filtered_stderr(launch)
+    _prelaunched = False
+    spark.sparkContext.setLogLevel("ERROR")
+    if shipped is not None:
+        from streamling.runtime import environment
+
+        environment.publish(spark.sparkContext, shipped, settings.spark.python_environment_port)
+    if spark.sparkContext.uiWebUrl:
+        log.info("Spark UI (Structured Streaming tab) on %s", spark.sparkContext.uiWebUrl)
+    _apply_runtime_settings(spark, settings)
+    return spark
+
+
+#: this process's driver JVM was launched by ``prelaunch``, for the session ``build_session`` makes next
+_prelaunched = False
+
+
+def prelaunch(settings: Settings, app_name: str = "streamling", ui: bool = False) -> None:
+    """Launch this process's driver JVM as ``build_session(settings, app_name, ui)`` would, without
+    a SparkContext: the JVM's start, its class loading and the packing of a shipped environment are
+    paid now, while nothing registers with a cluster's master or holds its executors. The next
+    ``build_session`` of this process creates its context in that JVM. For standby drivers on
+    clusters, where a waiting SparkContext would be an application of its own."""
+    global _prelaunched
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:
+        return
+    builder, _ = _configure(settings, app_name, ui, "", first_launch=True)
+    launch_with_filtered_stderr(lambda: _own_session_gateway(builder))
+    _prelaunched = True
+
+
+def _configure(settings: Settings, app_name: str, ui: bool, java_options: str,
+               first_launch: bool) -> tuple[Any, Any]:
+    """The session builder for ``settings`` (and the shipped environment, if any), with the process
+    environment PySpark and the JVM read at launch. ``first_launch``: this process launches (or has
+    launched, see ``prelaunch``) its JVM for this builder, so launch-time settings still apply."""
+    from pyspark.sql import SparkSession
+
     jars = driver_jars()
     log4j = Path(str(resources.files("streamling.runtime").joinpath("log4j2.properties")))
     # Python workers, here and on a cluster's executors, must run this interpreter (the venv with
@@ -252,7 +300,6 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
     if archives:
         builder = builder.config("spark.archives", ",".join(archives))
     options = [f"-Dlog4j2.configurationFile=file:{log4j}", java_options]
-    first_launch = SparkContext._gateway is None
     # The user's jars (hadoop-aws for s3a://, say) join ours: set alone they would replace them.
     user_jars = [j.strip() for j in str(user_conf.pop("spark.jars", "")).split(",") if j.strip()]
     # On a cluster, executors take the jars that are files here from their host's cache (HostJars):
@@ -289,20 +336,7 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
     builder = builder.config("spark.driver.extraJavaOptions", " ".join(o for o in options if o))
     for key, value in user_conf.items():
         builder = builder.config(key, value)
-    def launch() -> SparkSession:
-        _own_session_gateway(builder)
-        return builder.getOrCreate()
-
-    spark = launch_with_filtered_stderr(launch)
-    spark.sparkContext.setLogLevel("ERROR")
-    if shipped is not None:
-        from streamling.runtime import environment
-
-        environment.publish(spark.sparkContext, shipped, settings.spark.python_environment_port)
-    if spark.sparkContext.uiWebUrl:
-        log.info("Spark UI (Structured Streaming tab) on %s", spark.sparkContext.uiWebUrl)
-    _apply_runtime_settings(spark, settings)
-    return spark
+    return builder, shipped
 
 
 def _local_jar(entry: str) -> Path | None:

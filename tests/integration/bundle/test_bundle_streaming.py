@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobs import attempts, bundle, runs, wait_for
+from jobs import attempts, bundle, ready_standby, runs, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.postgres]
 
@@ -86,15 +86,6 @@ def _ids(pg: Any, table: str) -> list[tuple[int, str]]:
         return [(int(i), str(v)) for i, v in pg.execute(f'SELECT id, version FROM public."{table}" ORDER BY id')]
     except Exception:  # the sink has not created the table yet
         return []
-
-
-def _ready_standby(workspace: Path, deployment: int) -> int | None:
-    """The pid of the warm standby driver that is ready for ``deployment``, if there is one."""
-    for log in (workspace / "logs" / "standby").glob("*.log"):
-        ready = log.with_suffix(".go.ready")
-        if ready.exists() and f"(deployment {deployment}) ready in" in log.read_text():
-            return int(ready.read_text())
-    return None
 
 
 def _drivers_of(workspace: Path) -> list[int]:
@@ -182,7 +173,7 @@ def test_continuous_notebook_job_swaps_in_its_driver_relaunches_for_spark_conf_a
 
     # A production target keeps a warm standby driver for the running task, built for deployment 4's
     # definition (the one for the earlier Spark conf was replaced): it runs nothing while it waits.
-    standby = wait_for(lambda: _ready_standby(root.parent / "root", 4), 240, "the warm standby of deployment 4")
+    standby = wait_for(lambda: ready_standby(root.parent / "root", 4), 240, "the warm standby of deployment 4")
     assert len(attempts(root, env)) == 2
     shown = json.loads(bundle(root, env, "summary", "-o", "json").stdout)["jobs"]["stream"]["standby"]
     assert shown["main"].startswith(f"ready (pid {standby}, ") and shown["main"].endswith(" MB)"), shown

@@ -7,15 +7,17 @@ refused on a cluster of several hosts)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jobs import NOTEBOOK_EVENTS, ROOT, attempts, bundle, produce_orders, wait_for
+from jobs import NOTEBOOK_EVENTS, ROOT, attempts, bundle, produce_orders, ready_standby, wait_for
 from services import start_services
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.kafka, pytest.mark.slow]
@@ -45,6 +47,12 @@ def env(tmp_path: Path, pg_environ: dict[str, str], kafka_service: dict[str, str
     bundle(ROOT, environ, "destroy", "--auto-approve")
 
 
+def _applications(two_hosts: dict[str, str]) -> int:
+    """Applications the cluster's master runs now (its web UI's JSON)."""
+    with urllib.request.urlopen(f"{two_hosts['STREAMLING_TEST_MULTIHOST_MASTER_UI']}/json/", timeout=10) as r:
+        return len(json.loads(r.read())["activeapps"])
+
+
 def _count(pg: Any, table: str) -> int:
     try:
         return int(pg.execute(f'SELECT count(*) FROM notebook."{table}"').fetchone()[0])
@@ -71,6 +79,11 @@ def test_repo_bundle_on_two_hosts_loses_a_worker_and_the_driver_and_loses_nothin
     more = [("c", i, f"c{i}", 100.0 + i, "paid") for i in range(100, 2100)]
     produce_orders(bootstrap, registry, unique_topic, more[:1000])
     wait_for(lambda: _count(pg, unique_name) > 3, 120, "the second batch to start arriving")
+    # A production target keeps a warm standby driver: on a cluster its JVM only, so the master runs
+    # one application (the active driver's) while it waits.
+    root = Path(env["BUNDLE_VAR_root_path"])
+    standby = wait_for(lambda: ready_standby(root, 1), 240, "the warm standby (a driver JVM without a context)")
+    assert _applications(two_hosts) == 1
     worker_b = Path(two_hosts["STREAMLING_TEST_MULTIHOST_WORKER_B_PIDFILE"])
     try:
         os.kill(int(worker_b.read_text()), signal.SIGKILL)
@@ -84,5 +97,8 @@ def test_repo_bundle_on_two_hosts_loses_a_worker_and_the_driver_and_loses_nothin
         start_services("spark_multihost")  # host B's worker comes back
     rows = pg.execute(f'SELECT id, amount FROM notebook."{unique_name}" ORDER BY id').fetchall()
     assert rows == [(1, 125.0), (2, 15.5), (5, 42.0)] + [(i, 100.0 + i) for i in range(100, 2100)]
-    states = [a["state"] for a in attempts(ROOT, env, "-t", "cluster", "kafka_to_postgres")]
+    history = attempts(ROOT, env, "-t", "cluster", "kafka_to_postgres")
+    states = [a["state"] for a in history]
     assert states[0] == "failed" and states[-1] == "running", states
+    # the standby took the attempt: it made its SparkContext then, on the JVM it had started
+    assert history[1]["pid"] == standby and "warm standby takes over" in Path(history[1]["log_path"]).read_text()
