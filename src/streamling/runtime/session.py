@@ -306,7 +306,7 @@ def _configure(settings: Settings, app_name: str, ui: bool, java_options: str,
     # through spark.jars every executor of every application would copy each one (~20 MB of
     # connectors, ~700 MB with s3a's) before its first task. The plugin's class comes with the
     # native jar, so the driver's JVM must be launched by us with it on its class path.
-    native = native_jar() if not local and first_launch else None
+    native = next((j for j in jars if j.name == NATIVE_JAR), None) if not local and first_launch else None
     cached = [j for j in [*(str(j) for j in jars), *user_jars] if _local_jar(j) is not None
               and Path(j).name != NATIVE_JAR] if native is not None else []
     if first_launch:
