@@ -184,5 +184,8 @@ def test_in_a_notebook_the_widgets_are_input_controls_whose_values_the_next_get_
     assert w.get("topic") == "payments" and len(shown) == 3 and bar.values["topic"] == "payments"
     w.remove("mode")
     assert [c["name"] for c in bar.controls] == ["topic", "region", "kinds"] and "mode" not in bar.values
+    # a page still showing a removed widget (or sending a non-text value) changes nothing the kernel reads
+    bar.values = {**bar.values, "mode": "fast", "region": ["not", "text"]}
+    assert w.getAll() == {"topic": "payments", "region": "ap", "kinds": "a,c"}
     env[PARAMETERS_ENV] = json.dumps({"topic": "from-the-job"})  # a job parameter still wins
     assert w.get("topic") == "from-the-job"
