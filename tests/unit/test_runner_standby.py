@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -86,3 +87,33 @@ def test_a_standby_for_a_changed_definition_is_released_and_forgotten(tmp_path: 
         standby.proc.kill()
         standby.proc.wait()
     runner.store.close()
+
+
+_WATCH = ("import sys, time; from pathlib import Path; from streamling.bundle.driver import leave_with_runner; "
+          "leave_with_runner(Path(sys.argv[1]), 1); print('took the attempt', flush=True); time.sleep(30)")
+
+
+def test_a_waiting_standby_leaves_when_its_runner_is_gone_even_while_its_parent_lives(tmp_path: Path) -> None:
+    # The runner's end of the stdin pipe closes when it dies (a SIGKILL included). Here the parent stays
+    # alive, as a subreaper or a PID namespace would make it look: the standby leaves all the same.
+    proc = subprocess.Popen([sys.executable, "-c", _WATCH, str(tmp_path / "go")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+    assert proc.stdin is not None
+    time.sleep(0.3)
+    assert proc.poll() is None  # waits while the runner lives
+    proc.stdin.close()
+    assert proc.wait(timeout=10) == 0
+    assert proc.stdout is not None and proc.stdout.read() == b""
+
+
+def test_a_standby_handed_its_attempt_keeps_it_when_the_runner_then_dies(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    go.write_text("{}")
+    proc = subprocess.Popen([sys.executable, "-c", _WATCH, str(go)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.close()
+    try:
+        assert proc.stdout.readline() == b"took the attempt\n"
+    finally:
+        proc.kill()
+        proc.wait()

@@ -598,6 +598,27 @@ class Fence:
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
+def leave_with_runner(go: Path, parent: int) -> None:
+    """A waiting standby's watch: exit the process as soon as its runner is gone, however it went and
+    whatever the process is doing (warming up, or a JVM call that does not return). The runner holds
+    the write end of the pipe on stdin, so its death, even a SIGKILL, is an EOF here; a parent that
+    stays alive (a subreaper, a PID namespace) cannot hide it. Without that pipe (started by hand),
+    the parent process changing says the same, checked twice a second. Returns only when the runner
+    handed over an attempt (``go`` exists) before it went: that attempt runs."""
+    import stat
+
+    if stat.S_ISFIFO(os.fstat(0).st_mode):
+        while os.read(0, 4096):
+            pass
+    else:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+    if not go.exists():
+        log.info("warm standby leaves: its runner is gone")
+        logging.shutdown()
+        os._exit(0)
+
+
 class Standby:
     """A driver started before it is needed: the runner keeps one per running task of a continuous
     job (``job_runner.standby``), so that when the active driver dies its replacement has its JVM,
@@ -608,8 +629,8 @@ class Standby:
     (the attempt to run, as JSON). On a local master it holds a SparkSession; on a cluster only the
     driver JVM (``prelaunch``): a SparkContext would register an application with the master and could
     take executors the active driver needs, so it is made at takeover. It leaves when asked (SIGTERM:
-    the task's definition changed, or it is no longer needed) or when its runner is gone (its parent
-    process changed)."""
+    the task's definition changed, or it is no longer needed) or when its runner is gone (the pipe the
+    runner holds on its stdin ends)."""
 
     POLL_SECS = 0.05
 
@@ -636,13 +657,9 @@ class Standby:
                 os._exit(0)  # still warming up: nothing runs and nothing is owed (a JVM start may take long)
             released.set()
 
-        def orphaned() -> None:  # the runner died while this warms up (a cluster may keep it waiting)
-            while not ready.wait(0.5):
-                if os.getppid() != parent:
-                    os._exit(0)
-
         signal.signal(signal.SIGTERM, on_term)
-        threading.Thread(target=orphaned, name="streamling-standby-watch", daemon=True).start()
+        threading.Thread(target=leave_with_runner, args=(self.go, parent), name="streamling-standby-watch",
+                         daemon=True).start()
         definition = _definition(Workspace(str(self.root)), self.version, self.job, self.task, {})
         os.chdir(definition.cwd)
         load_plugins(definition.settings.plugin.path)

@@ -148,6 +148,8 @@ class Standby:
             self.proc.send_signal(signal.SIGTERM)
         except OSError:
             pass
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
 
     def forget(self) -> None:
         """Remove the files of a standby that left unused."""
@@ -590,6 +592,8 @@ class Runner:
             tmp.write_text(json.dumps(go))
             tmp.replace(standby.go_file)
             proc = standby.proc
+            if proc.stdin is not None:
+                proc.stdin.close()  # it is the task's driver now: it outlives this runner, as a cold one would
             log.info("run %d task '%s': its warm standby driver (pid %d, started %.0fs ago, %s) takes over",
                      run_id, task_key, proc.pid, time.time() - standby.started,
                      "ready" if standby.ready else "still warming up")
@@ -672,7 +676,8 @@ class Runner:
         cmd = [python, "-m", "streamling.bundle.driver", "--root", str(self.ws.root), "--deployment",
                str(self.version), "--job", job_key, "--task", task_key, "--standby", str(go_file)]
         with open(log_path, "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            # stdin is a pipe this runner holds: when the runner dies, however, the standby sees EOF and leaves
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
                                     start_new_session=True, cwd=str(self.ws.root))
         log.info("job '%s' task '%s': warm standby driver started (pid %d, deployment %d)", job_key, task_key,
                  proc.pid, self.version)
