@@ -318,8 +318,43 @@ class HadoopStorage:
             raise storage_error(exc, "write", path) from exc
 
 
-#: schemes a process without a JVM reaches directly (``ObjectStorage``): S3 and S3-compatible stores
-DIRECT_SCHEMES = ("s3a", "s3", "s3n")
+#: S3 and S3-compatible stores (``ObjectStorage``)
+S3_SCHEMES = ("s3a", "s3", "s3n")
+#: HDFS, reached through its NameNode's WebHDFS REST API (``WebHdfsStorage``)
+HDFS_SCHEMES = ("hdfs", "webhdfs", "swebhdfs")
+#: schemes a process without a JVM (the bundle CLI, the job runner) reaches directly
+DIRECT_SCHEMES = S3_SCHEMES + HDFS_SCHEMES
+
+
+class DirectStorage(Protocol):
+    """A shared file system reached without Spark: what the bundle CLI and the job runner use for a
+    bundle root that is not a local folder. Missing files raise ``FileNotFoundError``; every other
+    failure a classified ``storage_error``."""
+
+    def check_root(self, path: str) -> None: ...
+    def exists(self, path: str) -> bool: ...
+    def read_bytes(self, path: str) -> bytes: ...
+    def read_text(self, path: str) -> str: ...
+    def write_bytes(self, path: str, data: bytes) -> None: ...
+    def write_text(self, path: str, text: str) -> None: ...
+    def list_names(self, path: str) -> list[str]: ...
+    def files(self, path: str) -> list[str]: ...
+    def mkdirs(self, path: str) -> None: ...
+    def delete(self, path: str) -> None: ...
+
+
+def direct_conf(spark_conf: Mapping[str, Any]) -> dict[str, str]:
+    """The settings of ``spark_conf`` (``spark.hadoop.*``) that reaching a root directly needs: the
+    s3a connector's, and HDFS client ones (NameNode addresses, HA name services, HTTP policy)."""
+    wanted = ("fs.s3a.", "dfs.", "hadoop.security.authentication")
+    return {k: str(v) for k, v in spark_conf.items() if k.removeprefix("spark.hadoop.").startswith(wanted)}
+
+
+def direct_storage(uri: str, conf: Mapping[str, str]) -> DirectStorage:
+    """The storage that reaches ``uri`` without Spark, configured by ``conf`` (see ``direct_conf``)."""
+    if scheme(uri) in HDFS_SCHEMES:
+        return WebHdfsStorage(conf)
+    return ObjectStorage(conf)
 
 
 class ObjectStorage:
@@ -341,9 +376,8 @@ class ObjectStorage:
         """The pyarrow file system of ``path``'s bucket and the path in its terms (``bucket/key``)."""
         import pyarrow.fs as pafs
 
-        if scheme(path) not in DIRECT_SCHEMES:
-            raise StreamlingError(f"cannot reach {path} without Spark: only s3a:// (and s3://) is read directly here",
-                                  code="storage_unsupported", hint="use an s3a:// URI or a local folder")
+        if scheme(path) not in S3_SCHEMES:
+            raise StreamlingError(f"cannot reach {path} as an S3 object", code="storage_unsupported", user=False)
         rest = path.split("://", 1)[1]
         bucket = rest.split("/", 1)[0]
         if bucket not in self._clients:
@@ -376,7 +410,7 @@ class ObjectStorage:
         except OSError as exc:
             raise storage_error(exc, action, path) from exc
 
-    def check_bucket(self, path: str) -> None:
+    def check_root(self, path: str) -> None:
         """Refuse a bucket that does not exist (some S3-compatible stores create one on the first
         write, which would hide a typo in the path)."""
         import pyarrow.fs as pafs
@@ -450,6 +484,181 @@ class ObjectStorage:
         self._call("delete", path, delete)
 
 
+class WebHdfsStorage:
+    """HDFS reached without a JVM, through the NameNode's WebHDFS REST API (on by default in
+    Hadoop 3): what the bundle CLI and the job runner use for an ``hdfs://`` root, while drivers and
+    executors reach the same paths (the checkpoints) through Spark's own HDFS client.
+
+    The NameNode's HTTP address comes from the same ``spark.hadoop.dfs.*`` settings a Hadoop client
+    reads: ``dfs.namenode.http-address`` (``https-address`` with ``dfs.http.policy: HTTPS_ONLY``),
+    per name service and NameNode for HA (``dfs.ha.namenodes.<ns>``, trying each until the active one
+    answers), else the URI's host on Hadoop's default port. ``webhdfs://host:port`` names the HTTP
+    address itself. Requests carry the Hadoop user (``HADOOP_USER_NAME``, else this process's user)
+    with simple authentication; a Kerberos-secured cluster is refused with what to use instead."""
+
+    def __init__(self, hadoop_conf: Mapping[str, str]) -> None:
+        import getpass
+        import os
+
+        self._conf = {k.removeprefix("spark.hadoop."): str(v) for k, v in hadoop_conf.items()}
+        self._user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+        self._client: Any = None
+
+    def _bases(self, path: str) -> tuple[list[str], str]:
+        """The WebHDFS endpoints to try for ``path``, and the path in HDFS."""
+        from urllib.parse import urlparse
+
+        if self._conf.get("hadoop.security.authentication", "simple").lower() == "kerberos":
+            raise StreamlingError(f"cannot reach {path} without Spark: the cluster uses Kerberos, and the bundle CLI "
+                                  "and job runner reach an hdfs:// root with simple authentication only",
+                                  code="storage_unsupported",
+                                  hint="put the bundle root on s3a:// or on a folder mounted at the same path on every "
+                                       "runner host, and keep checkpoints on HDFS with config.state_dir: hdfs://…")
+        parsed = urlparse(path)
+        host, kind = parsed.hostname or "", parsed.scheme.lower()
+        if kind in ("webhdfs", "swebhdfs"):
+            protocol = "https" if kind == "swebhdfs" else "http"
+            return [f"{protocol}://{host}:{parsed.port or (9871 if kind == 'swebhdfs' else 9870)}"], parsed.path or "/"
+        https = self._conf.get("dfs.http.policy", "HTTP_ONLY").upper() == "HTTPS_ONLY"
+        key, port = ("dfs.namenode.https-address", 9871) if https else ("dfs.namenode.http-address", 9870)
+        namenodes = [n.strip() for n in self._conf.get(f"dfs.ha.namenodes.{host}", "").split(",") if n.strip()]
+        if namenodes:
+            addresses = [self._conf.get(f"{key}.{host}.{nn}", "") for nn in namenodes]
+            if not all(addresses):
+                missing = next(f"{key}.{host}.{nn}" for nn, a in zip(namenodes, addresses, strict=True) if not a)
+                raise StreamlingError(f"cannot reach {path} without Spark: HA name service '{host}' has no HTTP "
+                                      f"address for each of its NameNodes", code="storage_refused",
+                                      hint=f"set spark.conf 'spark.hadoop.{missing}' in the target's config")
+        else:
+            address = self._conf.get(f"{key}.{host}") or self._conf.get(key) or f"{host}:{port}"
+            if address.startswith("0.0.0.0:"):  # the NameNode's bind-all default: it listens on the URI's host
+                address = f"{host}:{address.split(':', 1)[1]}"
+            addresses = [address]
+        return [f"{'https' if https else 'http'}://{a}" for a in addresses], parsed.path or "/"
+
+    def _request(self, action: str, path: str, method: str, op: str, content: bytes | None = None,
+                 url: str | None = None, **params: str) -> Any:
+        """One WebHDFS call on ``path`` (or on ``url``, a DataNode's address the NameNode redirected
+        to), on the first NameNode that is active."""
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.Client(timeout=httpx.Timeout(30.0, connect=5.0))
+        bases, hdfs_path = self._bases(path)
+        urls = [url] if url else [f"{base}/webhdfs/v1{_quote_path(hdfs_path)}" for base in bases]
+        failure: BaseException | None = None
+        unanswered = False
+        for target in urls:
+            try:
+                response = self._client.request(method, target, content=content, params=None if url else
+                                                {"op": op, "user.name": self._user, **params},
+                                                headers={"Content-Type": "application/octet-stream"} if content
+                                                is not None else None, follow_redirects=op == "OPEN")
+            except httpx.HTTPError as exc:
+                failure, unanswered = OSError(f"{type(exc).__name__}: {exc}"), True
+                continue
+            if response.status_code < 400:
+                return response
+            remote = _remote_exception(response)
+            if remote.startswith("StandbyException") and target != urls[-1]:
+                continue
+            if remote.startswith("FileNotFoundException"):
+                raise FileNotFoundError(path)
+            failure, unanswered = OSError(f"HTTP {response.status_code} {remote}"), False
+            break
+        assert failure is not None
+        error = storage_error(failure, action, path)
+        if unanswered and not url:
+            error.hint = (f"check that the NameNode's WebHDFS at {' or '.join(bases)} answers from this host; if it "
+                          "listens elsewhere, set spark.conf 'spark.hadoop.dfs.namenode.http-address' in the target's "
+                          "config")
+        raise error from failure
+
+    def check_root(self, path: str) -> None:
+        """Refuse a NameNode that does not answer, or refuses this user, before anything is written."""
+        self._status(path.split("://", 1)[0] + "://" + path.split("://", 1)[1].split("/", 1)[0] + "/")
+
+    def _status(self, path: str) -> dict[str, Any] | None:
+        try:
+            return dict(self._request("look up", path, "GET", "GETFILESTATUS").json()["FileStatus"])
+        except FileNotFoundError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        return self._status(path) is not None
+
+    def read_bytes(self, path: str) -> bytes:
+        return bytes(self._request("read", path, "GET", "OPEN").content)
+
+    def read_text(self, path: str) -> str:
+        return self.read_bytes(path).decode("utf-8")
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Replace ``path`` with ``data`` as readers see it: whole or not at all. The bytes go to a
+        file beside it, which then replaces it in one NameNode operation (rename with overwrite)."""
+        import uuid
+
+        temporary = f"{path}._streamling-{uuid.uuid4().hex[:12]}.tmp"
+        created = self._request("write", temporary, "PUT", "CREATE", overwrite="true")
+        location = created.headers.get("location")
+        if created.status_code != 307 or not location:
+            raise storage_error(OSError(f"HTTP {created.status_code}: the NameNode did not name a DataNode to write "
+                                        "to"), "write", path)
+        self._request("write", temporary, "PUT", "CREATE", content=data, url=location)
+        self._request("write", temporary, "PUT", "RENAME", destination=_hdfs_path(path), renameoptions="OVERWRITE")
+
+    def write_text(self, path: str, text: str) -> None:
+        self.write_bytes(path, text.encode("utf-8"))
+
+    def _list(self, path: str) -> list[dict[str, Any]]:
+        try:
+            statuses = self._request("list", path, "GET", "LISTSTATUS").json()["FileStatuses"]["FileStatus"]
+        except FileNotFoundError:
+            return []
+        return [dict(s) for s in statuses]
+
+    def list_names(self, path: str) -> list[str]:
+        return [str(s["pathSuffix"]) for s in self._list(path)]
+
+    def files(self, path: str) -> list[str]:
+        """Every file under folder ``path``, as paths relative to it (``[]`` when there is none)."""
+        found: list[str] = []
+        folders = [""]
+        while folders:
+            rel = folders.pop()
+            for status in self._list(join(path, rel) if rel else path):
+                child = f"{rel}/{status['pathSuffix']}" if rel else str(status["pathSuffix"])
+                (folders if status["type"] == "DIRECTORY" else found).append(child)
+        return sorted(found)
+
+    def mkdirs(self, path: str) -> None:
+        self._request("create", path, "PUT", "MKDIRS")
+
+    def delete(self, path: str) -> None:
+        self._request("delete", path, "DELETE", "DELETE", recursive="true")
+
+
+def _hdfs_path(uri: str) -> str:
+    from urllib.parse import urlparse
+
+    return urlparse(uri).path or "/"
+
+
+def _quote_path(path: str) -> str:
+    from urllib.parse import quote
+
+    return quote(path, safe="/")
+
+
+def _remote_exception(response: Any) -> str:
+    """``Name: message`` of the RemoteException a WebHDFS error carries (else the body's start)."""
+    try:
+        remote = response.json()["RemoteException"]
+        return f"{remote.get('exception', '')}: {remote.get('message', '')}"
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200]
+
+
 _LOCAL = LocalStorage()
 
 
@@ -503,7 +712,9 @@ _TRANSIENT = ("ConnectException", "Connection refused", "Connection reset", "Soc
               # HDFS whose DataNodes are away while its NameNode answers (a restart, a network cut):
               # a block being written loses its pipeline, a block being read has no live replica
               "are bad. Aborting", "BlockMissingException", "Could not obtain block",
-              "could only be written to 0 of the")
+              "could only be written to 0 of the",
+              # a NameNode in standby, or one that cannot be reached over HTTP (WebHdfsStorage)
+              "StandbyException", "ConnectError", "ConnectTimeout", "ReadTimeout", "RemoteProtocolError")
 
 
 def storage_error(exc: BaseException, action: str, path: str) -> StreamlingError:
@@ -534,7 +745,7 @@ def _terminal_hint(text: str, path: str) -> str:
                 "spark.jars, or use hdfs:// or a local path")
     if "NoSuchBucket" in text or "UnknownStoreException" in text or "NO_SUCH_BUCKET" in text:
         return f"the bucket of {path} does not exist: create it, or fix the path"
-    if kind in DIRECT_SCHEMES:
+    if kind in S3_SCHEMES:
         return ("the store refused the credentials: fix spark.conf 'spark.hadoop.fs.s3a.access.key' / "
                 "'spark.hadoop.fs.s3a.secret.key' (or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
     return "the store refused access: check the user and the permissions on that path"

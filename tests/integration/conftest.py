@@ -123,6 +123,16 @@ def unique_topic(request: pytest.FixtureRequest, kafka_admin: Any) -> Iterator[s
             pass
 
 
+# --- HDFS (fixtures/services/up hdfs) ---------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def hdfs() -> dict[str, str]:
+    """The NameNode's RPC URL (``STREAMLING_TEST_HDFS_URL``) and WebHDFS address (``…_HDFS_HTTP``)."""
+    if os.environ.get("STREAMLING_TEST_HDFS_HTTP"):
+        return {k: v for k, v in os.environ.items() if k.startswith("STREAMLING_TEST_HDFS_")}
+    return start_services("hdfs")
+
+
 # --- the S3-compatible store (fixtures/services/up s3) ---------------------------------------------
 
 @pytest.fixture(scope="session")

@@ -197,6 +197,8 @@ def test_a_relative_root_path_is_anchored_at_the_bundle_root(tmp_path: Path) -> 
                                          "    config: {job_runner: {store: postgres}}\n"
                                          "  hdfs:\n    workspace: {root_path: 'hdfs://nn:8020/b'}\n"
                                          "    config: {job_runner: {store: postgres}}\n"
+                                         "  gcs:\n    workspace: {root_path: 'gs://bucket/b'}\n"
+                                         "    config: {job_runner: {store: postgres}}\n"
                                          "  local: {default: true}\n")
     assert _load(tmp_path).target.root_path == str(tmp_path / "deploy")
     # An S3 root keeps runs, the lease and the deploy lock in the Postgres store: SQLite needs a disk.
@@ -205,12 +207,14 @@ def test_a_relative_root_path_is_anchored_at_the_bundle_root(tmp_path: Path) -> 
     [problem] = info.value.problems
     assert problem.code == "bundle_root_needs_shared_store" and "job_runner.store: postgres" in (problem.hint or "")
     assert _load(tmp_path, "shared").target.root_path == "s3a://bucket/b"
-    # The CLI and runner reach a root without Spark: S3 only (HDFS holds checkpoints through Spark).
+    # The CLI and runner reach a root without Spark: S3, and HDFS through WebHDFS. Other stores hold
+    # checkpoints through Spark only.
+    assert _load(tmp_path, "hdfs").target.root_path == "hdfs://nn:8020/b"
     with pytest.raises(ValidationError) as info:
-        _load(tmp_path, "hdfs")
+        _load(tmp_path, "gcs")
     [problem] = info.value.problems
-    assert problem.code == "bundle_root_unsupported" and "'hdfs' scheme" in problem.message
-    assert "state_dir: hdfs://nn:8020/b/state" in (problem.hint or "")
+    assert problem.code == "bundle_root_unsupported" and "'gs' scheme" in problem.message
+    assert "state_dir: gs://bucket/b/state" in (problem.hint or "")
 
 
 def test_development_pauses_only_what_is_unset(tmp_path: Path) -> None:

@@ -366,7 +366,7 @@ def deploy(bundle: Bundle, force: bool = False, force_lock: bool = False) -> Dep
 
         build_artifacts(bundle.artifacts)
     if ws.remote is not None and ws.uri is not None:  # before anything changes: the store is there and lets us in
-        ws.remote.check_bucket(ws.uri)
+        ws.remote.check_root(ws.uri)
     with deploy_lock(ws, force=force_lock, bundle=bundle):
         _check_store(bundle, ws)
         if bundle.secret_scopes:  # declared scopes exist (empty) once deployed; their values are put by hand

@@ -16,7 +16,8 @@
   secrets/<scope>.json                     secret scopes (0700 folder, 0600 files; see streamling.secrets)
 ```
 
-A root on an object store (``root_path: s3a://bucket/prefix``) keeps what must outlive a host there
+A root on shared storage, an object store (``root_path: s3a://bucket/prefix``) or HDFS
+(``hdfs://namenode/path``, reached through WebHDFS), keeps what must outlive a host there
 and the control plane on each host that works with it. The store holds ``current``, ``store.json``,
 ``deployments/<version>/`` (with the bundle's files as ``files/``: versions are immutable, so a host
 that fetches one never sees half of the next), ``secrets/``, the finished attempts' ``logs/`` and,
@@ -24,9 +25,10 @@ through Spark, ``state/`` (checkpoints). Each host keeps a **mirror** of it, a l
 above (``$STREAMLING_MIRROR_DIR``, default ``~/.streamling/mirrors/<name>-<hash>``), with ``remote.json``
 naming the store. Runners and drivers work on the mirror as on a local root: a runner fetches the live
 version when ``current`` changes and a run's secrets before it starts a task, and uploads each
-attempt's log when it ends. An object store has no locks, appends or atomic renames, so what needs
-them lives elsewhere: runs, the runner's lease and the deploy lock in the Postgres run store (which
-such a root requires), logs of running attempts in the mirror.
+attempt's log when it ends. Neither store offers locks the CLI and runners can share, and an object
+store has no appends or atomic renames, so what needs them lives elsewhere: runs, the runner's lease
+and the deploy lock in the Postgres run store (which such a root requires), logs of running
+attempts in the mirror.
 """
 
 from __future__ import annotations
@@ -73,9 +75,10 @@ def root_problem(root_path: str, store: str) -> StreamlingError | None:
     if kind not in storage.DIRECT_SCHEMES:
         return StreamlingError(
             f"workspace.root_path '{root_path}' uses the '{kind}' scheme; a bundle root is a local folder, a shared "
-            "mount or an S3 bucket (s3a://): the bundle CLI and job runner reach it without Spark, and read only "
-            "S3 that way", code="bundle_root_unsupported",
-            hint=f"use s3a://bucket/prefix or a folder mounted at the same path on every runner host, and keep "
+            "mount, an S3 bucket (s3a://) or HDFS (hdfs://): the bundle CLI and job runner reach it without Spark, "
+            "and read only those that way", code="bundle_root_unsupported",
+            hint=f"use s3a://bucket/prefix, hdfs://namenode/path or a folder mounted at the same path on every runner "
+                 f"host, and keep "
                  f"checkpoints on {kind}:// with the target's config: {{state_dir: {root_path.rstrip('/')}/state}}")
     if store != "postgres":
         return StreamlingError(
@@ -101,7 +104,7 @@ class Workspace:
         """``root_path`` as the target names it (an ``s3a://`` root is reached with the ``fs.s3a.*``
         settings of ``spark_conf``), or a mirror's folder (runners and drivers are given those)."""
         self.uri: str | None = None
-        self.remote: storage.ObjectStorage | None = None
+        self.remote: storage.DirectStorage | None = None
         self._unreachable = False  #: the object store did not answer the last time
         if storage.is_local(root_path):
             self.root = local_root(root_path)
@@ -109,14 +112,15 @@ class Workspace:
                 link = json.loads((self.root / REMOTE_LINK).read_text())
             except (OSError, ValueError):
                 return
-            self.uri, self.remote = str(link["uri"]), storage.ObjectStorage(dict(link.get("conf") or {}))
+            self.uri = str(link["uri"])
+            self.remote = storage.direct_storage(self.uri, dict(link.get("conf") or {}))
             return
         problem = root_problem(root_path, "postgres")
         if problem is not None:
             raise problem
         self.uri = root_path.rstrip("/")
-        conf = {k: str(v) for k, v in (spark_conf or {}).items() if ".fs.s3a." in f".{k}"}
-        self.remote = storage.ObjectStorage(conf)
+        conf = storage.direct_conf(spark_conf or {})
+        self.remote = storage.direct_storage(self.uri, conf)
         self.root = mirror_dir(self.uri)
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)  # the link holds the store's credentials, as ~/.aws/credentials does
