@@ -10,8 +10,8 @@ import pytest
 
 from streamling.config import load_settings
 from streamling.errors import ValidationError
-from streamling.kafka.no_effect import kafka_warnings
 from streamling.runtime.nodes import NodeContext
+from streamling.runtime.planner import settings_warnings
 from streamling.sinks.kafka import KafkaSink
 from streamling.spec import PipelineSpec, parse_pipeline
 from streamling.spec.kafka_checks import filter_column_problem
@@ -138,7 +138,7 @@ def test_streamling_kafka_config_keys_load_and_say_why_they_do_nothing(tmp_path:
                "STREAMLING__KAFKA_SINK__LAG_REPORT_INTERVAL_MS": "1000"}
     settings = load_settings(environ=environ, cwd=tmp_path)
     assert settings.kafka_source.consumer_fetch_timeout_sec == 5
-    warnings = kafka_warnings(_parse(KAFKA_BOTH), settings)
+    warnings = settings_warnings(_parse(KAFKA_BOTH), settings)
     keys = [w.split(" ", 1)[0] for w in warnings]
     assert keys == ["kafka_source.lag_report_interval_ms", "kafka_source.consumer_fetch_timeout_sec",
                     "kafka_source.stall_watchdog_timeout_sec", "kafka_source.consumer_group_id",
@@ -147,7 +147,7 @@ def test_streamling_kafka_config_keys_load_and_say_why_they_do_nothing(tmp_path:
 
 
 def test_no_kafka_warnings_for_defaults_or_without_kafka_nodes(tmp_path: Path) -> None:
-    assert kafka_warnings(_parse(KAFKA_BOTH), load_settings(environ={}, cwd=tmp_path)) == []
+    assert settings_warnings(_parse(KAFKA_BOTH), load_settings(environ={}, cwd=tmp_path)) == []
     settings = load_settings(environ={"STREAMLING__KAFKA_SOURCE__CONSUMER_FETCH_TIMEOUT_SEC": "5"}, cwd=tmp_path)
     no_kafka = _parse("""
     sources:
@@ -155,7 +155,7 @@ def test_no_kafka_warnings_for_defaults_or_without_kafka_nodes(tmp_path: Path) -
     sinks:
       out: {type: print, from: g}
     """)
-    assert kafka_warnings(no_kafka, settings) == []
+    assert settings_warnings(no_kafka, settings) == []
 
 
 def test_group_id_follows_streamling_naming(tmp_path: Path) -> None:
