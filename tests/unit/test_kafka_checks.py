@@ -3,6 +3,7 @@ the warnings for Streamling keys that have no effect on Spark."""
 
 from __future__ import annotations
 
+import logging
 import textwrap
 from pathlib import Path
 
@@ -10,9 +11,11 @@ import pytest
 
 from streamling.config import load_settings
 from streamling.errors import ValidationError
-from streamling.kafka.no_effect import kafka_warnings
 from streamling.runtime.nodes import NodeContext
+from streamling.runtime.planner import build_plan, settings_warnings
 from streamling.sinks.kafka import KafkaSink
+from streamling.sources.hybrid import HybridSource
+from streamling.sources.kafka import KafkaSource
 from streamling.spec import PipelineSpec, parse_pipeline
 from streamling.spec.kafka_checks import filter_column_problem
 
@@ -138,7 +141,7 @@ def test_streamling_kafka_config_keys_load_and_say_why_they_do_nothing(tmp_path:
                "STREAMLING__KAFKA_SINK__LAG_REPORT_INTERVAL_MS": "1000"}
     settings = load_settings(environ=environ, cwd=tmp_path)
     assert settings.kafka_source.consumer_fetch_timeout_sec == 5
-    warnings = kafka_warnings(_parse(KAFKA_BOTH), settings)
+    warnings = settings_warnings(_parse(KAFKA_BOTH), settings)
     keys = [w.split(" ", 1)[0] for w in warnings]
     assert keys == ["kafka_source.lag_report_interval_ms", "kafka_source.consumer_fetch_timeout_sec",
                     "kafka_source.stall_watchdog_timeout_sec", "kafka_source.consumer_group_id",
@@ -147,7 +150,7 @@ def test_streamling_kafka_config_keys_load_and_say_why_they_do_nothing(tmp_path:
 
 
 def test_no_kafka_warnings_for_defaults_or_without_kafka_nodes(tmp_path: Path) -> None:
-    assert kafka_warnings(_parse(KAFKA_BOTH), load_settings(environ={}, cwd=tmp_path)) == []
+    assert settings_warnings(_parse(KAFKA_BOTH), load_settings(environ={}, cwd=tmp_path)) == []
     settings = load_settings(environ={"STREAMLING__KAFKA_SOURCE__CONSUMER_FETCH_TIMEOUT_SEC": "5"}, cwd=tmp_path)
     no_kafka = _parse("""
     sources:
@@ -155,7 +158,7 @@ def test_no_kafka_warnings_for_defaults_or_without_kafka_nodes(tmp_path: Path) -
     sinks:
       out: {type: print, from: g}
     """)
-    assert kafka_warnings(no_kafka, settings) == []
+    assert settings_warnings(no_kafka, settings) == []
 
 
 def test_group_id_follows_streamling_naming(tmp_path: Path) -> None:
@@ -201,3 +204,50 @@ def test_a_hybrid_sources_live_filter_is_checked_like_a_kafka_sources() -> None:
     assert _problems(hybrid % "id >") == [
         "hybrid source 'orders': filter: does not parse: incomplete expression near '>' "
         "[sources.orders.unbounded_source.filter (line 8)]"]
+
+
+SOURCE_KEYS = {"STREAMLING__KAFKA_SOURCE__CONSUMER_FETCH_TIMEOUT_SEC": "5",
+               "STREAMLING__KAFKA_SOURCE__CONSUMER_GROUP_ID": "shop"}
+
+KAFKA_AND_HYBRID = """
+    sources:
+      orders: {type: kafka, topic: orders, primary_key: id, data_format: json, schema: {id: int64}}
+      refunds: {type: kafka, topic: refunds, primary_key: id, data_format: json, schema: {id: int64}}
+      both:
+        type: hybrid
+        primary_key: id
+        bounded_sources: [{source_type: clickhouse, table_name: orders}]
+        unbounded_source: {source_type: kafka, topic: orders, data_format: json, schema: {id: int64}}
+    sinks:
+      a: {type: blackhole, from: orders}
+      b: {type: blackhole, from: refunds}
+      c: {type: blackhole, from: both}
+"""
+
+
+def test_kafka_source_settings_are_said_by_the_kafka_and_hybrid_sources(tmp_path: Path) -> None:
+    settings = load_settings(environ=SOURCE_KEYS, cwd=tmp_path)
+    lines = KafkaSource.ineffective_settings(settings)
+    assert [w.split(" ", 1)[0] for w in lines] == ["kafka_source.consumer_fetch_timeout_sec",
+                                                    "kafka_source.consumer_group_id"]
+    assert HybridSource.ineffective_settings(settings) == lines  # its live phase reads the topic
+    assert KafkaSink.ineffective_settings(settings) == []
+
+
+def test_each_settings_warning_is_said_once_however_many_sources_read_kafka(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    settings = load_settings(environ=SOURCE_KEYS, cwd=tmp_path)
+    assert settings_warnings(_parse(KAFKA_AND_HYBRID), settings) == KafkaSource.ineffective_settings(settings)
+    caplog.set_level(logging.WARNING)
+    build_plan(_parse(KAFKA_AND_HYBRID), settings, dry_run=True)
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("kafka_source.")]
+    assert logged == KafkaSource.ineffective_settings(settings)
+
+
+def test_a_consumer_key_on_the_sink_connection_is_said_by_the_kafka_sink(tmp_path: Path) -> None:
+    settings = load_settings(environ={"STREAMLING__KAFKA_SINK__CONSUMER_GROUP_ID": "shop"}, cwd=tmp_path)
+    assert KafkaSink.ineffective_settings(settings) == [
+        "kafka_sink.consumer_group_id has no effect: it is a consumer setting and the sink only produces "
+        "(Streamling ignores it there too)"]
+    assert KafkaSource.ineffective_settings(settings) == []
+    assert settings_warnings(_parse(KAFKA_BOTH), settings) == KafkaSink.ineffective_settings(settings)

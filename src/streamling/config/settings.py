@@ -225,7 +225,7 @@ class KafkaConnection(_Section):
 
 class KafkaSourceSettings(KafkaConnection):
     """``kafka_source.*``. Every key Streamling reads is accepted; the ones Spark gives no meaning
-    are reported by ``streamling.kafka.no_effect`` when a pipeline uses them."""
+    are reported by the Kafka and hybrid sources (``Node.ineffective_settings``) when a pipeline uses them."""
 
     #: offsets are committed to ``<consumer_group_id>-<node>`` (default ``<application_id>.<node>``)
     consumer_group_id: str | None = None

@@ -114,6 +114,18 @@ class Node(ABC, Generic[OptionsT]):  # noqa: B024 - shared base; each kind decla
                 out[key] = self.common_key_reason(key)
         return out
 
+    @classmethod
+    def ineffective_settings(cls, settings: Settings) -> list[str]:
+        """Warnings about settings keys (``kafka_source.*`` …) that matter only because a pipeline
+        uses this node type and that change nothing on Spark, each saying why and what to use instead.
+
+        A type's answer, not a node's: the planner asks each type of the pipeline once and logs each
+        line once per plan, with the node keys of ``ineffective_keys``. A config written for
+        Streamling must load unchanged, but a key that silently does nothing invites tuning that
+        changes nothing.
+        """
+        return []
+
     def shared_paths(self) -> dict[str, str]:
         """Paths that Spark's executors read or write for this node, by option key (a Delta table, a
         folder of files). On a cluster of several hosts each must be on storage every host reaches;

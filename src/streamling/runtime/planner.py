@@ -18,7 +18,6 @@ from streamling import storage
 from streamling.config import Settings
 from streamling.config.settings import normalize_backend
 from streamling.errors import StreamlingError, ValidationError
-from streamling.kafka.no_effect import kafka_warnings
 from streamling.runtime.nodes import Node, NodeContext, Sink, Source, Transform
 from streamling.spec.nodes import DynamicTableTransformOptions, parse_key
 from streamling.spec.pipeline import NodeSpec, PipelineSpec
@@ -147,10 +146,24 @@ def effective_keys(spec: PipelineSpec, known: dict[str, list[str]] | None = None
     return keys
 
 
-def _instantiate(spec: NodeSpec, ctx: NodeContext) -> Node:
+def node_class(spec: NodeSpec) -> type[Node]:
+    """The runtime class of ``spec``'s type, imported on first use."""
     module_name, _, class_name = spec.node_type.implementation.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(ctx)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module_name), class_name)  # type: ignore[no-any-return]
+
+
+def _instantiate(spec: NodeSpec, ctx: NodeContext) -> Node:
+    return node_class(spec)(ctx)
+
+
+def settings_warnings(spec: PipelineSpec, settings: Settings) -> list[str]:
+    """What each node type of ``spec`` says about settings keys without effect
+    (``Node.ineffective_settings``), sources' first: each type asked once, each line kept once, so
+    two types reading the same connection (a Kafka and a hybrid source) do not repeat it."""
+    out: list[str] = []
+    for cls in dict.fromkeys(node_class(node) for node in [*spec.sources, *spec.transforms, *spec.sinks]):
+        out += [line for line in cls.ineffective_settings(settings) if line not in out]
+    return out
 
 
 def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) -> Plan:
@@ -227,7 +240,7 @@ def _report_ineffective_keys(plan: Plan) -> None:
     the warnings): Streamling keys are accepted so pipelines load unchanged, never silently ignored."""
     for key, why in plan.settings.ineffective_keys():
         log.warning("config key '%s' has no effect here: %s", key, why)
-    for warning in kafka_warnings(plan.spec, plan.settings):  # connection keys, only with Kafka nodes
+    for warning in settings_warnings(plan.spec, plan.settings):  # connection keys, said by the types using them
         log.warning("%s", warning)
     for node in plan.nodes.values():
         for key, why in node.ineffective_keys().items():

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from streamling.config import Settings
+
 log = logging.getLogger(__name__)
 
 
@@ -55,6 +57,14 @@ class KafkaSink(Sink[KafkaSinkOptions]):
                     "Kafka writer uses the Java producer, which has no count limit (its batch.size is in bytes). "
                     "Each epoch is still flushed before it commits, and batch_flush_interval (linger.ms) applies")
         return super().common_key_reason(key)
+
+    @classmethod
+    def ineffective_settings(cls, settings: Settings) -> list[str]:
+        """The consumer keys ``kafka_sink`` accepts (Streamling shares one connection model) and never reads."""
+        return [f"kafka_sink.{key} has no effect: it is a consumer setting and the sink only produces "
+                "(Streamling ignores it there too)"
+                for key in ("consumer_group_id", "lag_report_interval_ms")
+                if getattr(settings.kafka_sink, key) is not None]
 
     primary_key_reason = "it becomes the message key"
 

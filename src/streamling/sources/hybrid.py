@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from streamling.config import Settings
+
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,13 @@ class HybridSource(Source[HybridSourceOptions]):
             if bounded.start_at is not None and is_durable(self.ctx.settings):
                 out[f"bounded_sources[{i}].start_at"] = START_AT_ON_RESTART
         return out
+
+    @classmethod
+    def ineffective_settings(cls, settings: Settings) -> list[str]:
+        """The Kafka source's: the live phase reads the topic through it."""
+        from streamling.sources.kafka import KafkaSource
+
+        return KafkaSource.ineffective_settings(settings)
 
     # --- phases ---------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ import re
 import struct
 from typing import TYPE_CHECKING, Any
 
+from streamling.config.settings import KafkaSourceSettings
 from streamling.errors import StreamlingError, chain_text, spark_sql_message
 from streamling.functions.catalog import register_udfs
 from streamling.kafka.avro import (
@@ -48,6 +49,8 @@ from streamling.spec.types import ColumnType, spark_ddl, wide_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+    from streamling.config import Settings
 
 log = logging.getLogger(__name__)
 POISON = "streamling-poison: "
@@ -77,6 +80,29 @@ class KafkaSource(Source[KafkaSourceOptions]):
         self._decoders: tuple[Any, list[Column]] | None = None
         self._filter: Column | None = None
         self._filter_sql = ""  # the filter translated for Spark (the text of ``_filter``)
+
+    @classmethod
+    def ineffective_settings(cls, settings: Settings) -> list[str]:
+        """The ``kafka_source`` keys Streamling's consumer reads and Spark's Kafka reader has no use for."""
+        src = settings.kafka_source
+        out: list[str] = []
+        default_lag = KafkaSourceSettings.model_fields["lag_report_interval_ms"].default
+        if src.lag_report_interval_ms != default_lag:
+            out.append("kafka_source.lag_report_interval_ms has no effect on Spark: the lag metric "
+                       "(streamling_kafka_consumer_messages_lag) is computed from every epoch's progress, where "
+                       "Spark already holds each partition's latest offset, so there is no interval to set")
+        if src.consumer_fetch_timeout_sec is not None:
+            out.append("kafka_source.consumer_fetch_timeout_sec has no effect on Spark: there is no consumer "
+                       "waiting for a partition assignment; Spark assigns the topic's partitions itself")
+        if src.stall_watchdog_timeout_sec is not None:
+            out.append("kafka_source.stall_watchdog_timeout_sec has no effect on Spark: there is no stall "
+                       "watchdog; a flow that stops advancing shows in Spark's progress (epochs with no input)")
+        if src.consumer_group_id:
+            out.append(f"kafka_source.consumer_group_id is used only to commit offsets (as "
+                       f"'{src.consumer_group_id}-<node>') for lag tooling: Spark assigns partitions itself, so "
+                       "two pipelines sharing the group both read every partition instead of splitting them; "
+                       "scale out with spark.master and the topic's partitions")
+        return out
 
     # --- schema ---------------------------------------------------------------------------------
 

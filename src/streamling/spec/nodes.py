@@ -601,29 +601,41 @@ class NodeType:
     options: type[NodeOptions]
     implementation: str  # "module:Class", imported lazily
     bounded_capable: bool = False
+    #: ``telemetry.labels`` keys a node of this type may not set, besides ``RESERVED_LABELS``
+    #: (Streamling's list: what the type's own metrics are told apart by, a topic, a table …)
+    reserved_labels: frozenset[str] = frozenset()
 
 
 _BUILTINS: list[NodeType] = [
     NodeType("source", "generate", GenerateSourceOptions, "streamling.sources.generate:GenerateSource", True),
-    NodeType("source", "file", FileSourceOptions, "streamling.sources.file:FileSource", True),
-    NodeType("source", "kafka", KafkaSourceOptions, "streamling.sources.kafka:KafkaSource"),
-    NodeType("source", "clickhouse", ClickHouseSourceOptions, "streamling.sources.clickhouse:ClickHouseSource", True),
-    NodeType("source", "hybrid", HybridSourceOptions, "streamling.sources.hybrid:HybridSource", True),
+    NodeType("source", "file", FileSourceOptions, "streamling.sources.file:FileSource", True,
+             reserved_labels=frozenset({"path"})),
+    NodeType("source", "kafka", KafkaSourceOptions, "streamling.sources.kafka:KafkaSource",
+             reserved_labels=frozenset({"topic"})),
+    NodeType("source", "clickhouse", ClickHouseSourceOptions, "streamling.sources.clickhouse:ClickHouseSource", True,
+             reserved_labels=frozenset({"table"})),
+    NodeType("source", "hybrid", HybridSourceOptions, "streamling.sources.hybrid:HybridSource", True,
+             reserved_labels=frozenset({"table", "topic"})),
     NodeType("transform", "sql", SqlTransformOptions, "streamling.transforms.sql:SqlTransform"),
-    NodeType("transform", "script", ScriptTransformOptions, "streamling.transforms.script:ScriptTransform"),
+    NodeType("transform", "script", ScriptTransformOptions, "streamling.transforms.script:ScriptTransform",
+             reserved_labels=frozenset({"language"})),
     NodeType("transform", "wasm", WasmTransformOptions, "streamling.transforms.wasm:WasmTransform"),
     NodeType("transform", "handler", HandlerTransformOptions, "streamling.transforms.handler:HandlerTransform"),
     NodeType("transform", "dynamic_table", DynamicTableTransformOptions,
              "streamling.transforms.dynamic_table:DynamicTableTransform"),
     NodeType("sink", "print", PrintSinkOptions, "streamling.sinks.print:PrintSink"),
     NodeType("sink", "blackhole", BlackholeSinkOptions, "streamling.sinks.blackhole:BlackholeSink"),
-    NodeType("sink", "postgres", PostgresSinkOptions, "streamling.sinks.postgres:PostgresSink"),
+    NodeType("sink", "postgres", PostgresSinkOptions, "streamling.sinks.postgres:PostgresSink",
+             reserved_labels=frozenset({"table"})),
     NodeType("sink", "delta", DeltaSinkOptions, "streamling.sinks.delta:DeltaSink"),
-    NodeType("sink", "kafka", KafkaSinkOptions, "streamling.sinks.kafka:KafkaSink"),
-    NodeType("sink", "webhook", WebhookSinkOptions, "streamling.sinks.webhook:WebhookSink"),
-    NodeType("sink", "clickhouse", ClickHouseSinkOptions, "streamling.sinks.clickhouse:ClickHouseSink"),
+    NodeType("sink", "kafka", KafkaSinkOptions, "streamling.sinks.kafka:KafkaSink",
+             reserved_labels=frozenset({"topic"})),
+    NodeType("sink", "webhook", WebhookSinkOptions, "streamling.sinks.webhook:WebhookSink",
+             reserved_labels=frozenset({"url"})),
+    NodeType("sink", "clickhouse", ClickHouseSinkOptions, "streamling.sinks.clickhouse:ClickHouseSink",
+             reserved_labels=frozenset({"table"})),
     NodeType("sink", "postgres_aggregate", PostgresAggregateSinkOptions,
-             "streamling.sinks.postgres_aggregate:PostgresAggregateSink"),
+             "streamling.sinks.postgres_aggregate:PostgresAggregateSink", reserved_labels=frozenset({"table"})),
 ]
 
 REGISTRY: dict[str, dict[str, NodeType]] = {"source": {}, "transform": {}, "sink": {}}

@@ -33,9 +33,6 @@ from streamling.util import did_you_mean
 Kind = Literal["source", "transform", "sink"]
 SECTIONS: dict[str, Kind] = {"sources": "source", "transforms": "transform", "sinks": "sink"}
 TOP_LEVEL_EXTRA = {"name", "description", "version"}
-TYPE_RESERVED_LABELS = {"kafka": {"topic"}, "file": {"path"}, "postgres": {"table"},
-                        "clickhouse": {"table"}, "postgres_aggregate": {"table"},
-                        "hybrid": {"table", "topic"}, "script": {"language"}, "webhook": {"url"}}
 
 
 @dataclass
@@ -197,7 +194,7 @@ def _check_labels(col: _Collector, spec: NodeSpec) -> None:
     if len(labels) > MAX_LABELS:
         col.add(base, f"at most {MAX_LABELS} telemetry labels are allowed, found {len(labels)}",
                 node=spec.name, node_kind=kind)
-    reserved = RESERVED_LABELS | TYPE_RESERVED_LABELS.get(spec.type, set())
+    reserved = RESERVED_LABELS | spec.node_type.reserved_labels
     for key, value in labels.items():
         where = f"{base}.{key}"
         if not LABEL_KEY.match(key):
