@@ -77,6 +77,17 @@ def ready_standby(workspace: Path, deployment: int) -> int | None:
     ``workspace``, if there is one."""
     for log in (workspace / "logs" / "standby").glob("*.log"):
         ready = log.with_suffix(".go.ready")
+        if not log.name.startswith("_pool.") and ready.exists() and f"(deployment {deployment}) ready in" in \
+                log.read_text():
+            return int(ready.read_text())
+    return None
+
+
+def ready_pooled(workspace: Path, deployment: int) -> int | None:
+    """The pid of a pooled warm driver (``job_runner.warm_drivers``) that is ready for ``deployment``
+    under the bundle root ``workspace``, if there is one."""
+    for log in (workspace / "logs" / "standby").glob("_pool.*.log"):
+        ready = log.with_suffix(".go.ready")
         if ready.exists() and f"(deployment {deployment}) ready in" in log.read_text():
             return int(ready.read_text())
     return None

@@ -376,10 +376,13 @@ def kill_and_recover(bundle: Bundle, table: Table, standby: bool) -> dict[str, A
     return out
 
 
-def _ready_standby(root: Path) -> int | None:
-    """The pid of the warm standby that is ready for the live deployment, if any."""
+def _ready_standby(root: Path, pooled: bool = False) -> int | None:
+    """The pid of the warm standby (or, ``pooled``, of a pooled warm driver) that is ready for the
+    live deployment, if any."""
     version = (root / "current").read_text().strip()
     for ready in (root / "logs" / "standby").glob("*.go.ready"):
+        if ready.name.startswith("_pool.") != pooled:
+            continue
         try:
             text = ready.with_name(ready.name.replace(".go.ready", ".log")).read_text()
             if f"(deployment {version}) ready in" in text:

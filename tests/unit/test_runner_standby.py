@@ -117,3 +117,33 @@ def test_a_standby_handed_its_attempt_keeps_it_when_the_runner_then_dies(tmp_pat
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_one_pooled_warm_driver_is_kept_for_the_target_and_replaced_when_its_settings_change(tmp_path: Path) -> None:
+    runner = _runner(tmp_path)
+    started = _fake(runner, tmp_path, "exec sleep 30")
+    try:
+        for _ in range(5):  # kept, not started again on every tick
+            runner._keep_pool(time.time())
+        [pooled] = started
+        assert runner.pool == [pooled] and pooled.job_key == ""
+        # a task of the same target takes it; another interpreter (a task's own environment) does not
+        assert runner._take_pooled(RECORD, "/elsewhere/python") is None
+        assert runner._take_pooled({**RECORD, "executes": True}, sys.executable) is None
+        assert runner._take_pooled(RECORD, sys.executable) is pooled and runner.pool == []
+        runner._keep_pool(time.time())
+        [_, second] = started
+        # the target's settings change: the driver warmed for the old ones leaves and a new one comes
+        runner.deployment["config"] = {"spark": {"master": "local[2]", "conf": {"spark.x": "1"}}}  # type: ignore[index]
+        assert runner._take_pooled(RECORD, sys.executable) is None  # never handed a stale session
+        runner._keep_pool(time.time())
+        assert second.proc.wait(timeout=10) == -signal.SIGTERM
+        assert len(started) == 3 and runner.pool == [started[2]]
+        runner.deployment["config"] = {"job_runner": {"warm_drivers": 0}}  # type: ignore[index]
+        runner._keep_pool(time.time())
+        assert runner.pool == [] and started[2].proc.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        for standby in started:
+            standby.proc.kill()
+            standby.proc.wait()
+        runner.store.close()

@@ -223,7 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_summary(args: argparse.Namespace) -> int:
     from streamling.bundle.deploy import build
-    from streamling.bundle.runner import standby_state
+    from streamling.bundle.runner import pool_state, standby_state
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
@@ -266,7 +266,9 @@ def cmd_summary(args: argparse.Namespace) -> int:
                "deployment": None if deployment is None else {
                    "version": deployment["version"], "user": deployment.get("user"), "git": deployment.get("git"),
                    "deployed_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(deployment["created_at"]))},
-               "runner": _runner_state(ws, store), "jobs": jobs}
+               "runner": _runner_state(ws, store),
+               # drivers kept warm for the target's next task on this host (job_runner.warm_drivers)
+               "warm_drivers": pool_state(ws), "jobs": jobs}
     if args.output == "json":
         _out(json.dumps(summary, indent=2, default=str))
         return 0
@@ -274,7 +276,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
     _out(f"Name: {bundle.name}\nTarget: {bundle.target.name}\nRoot: {ws.where}\n"
          + (f"Deployment: version {dep['version']} by {dep['user']} at {dep['deployed_at']}"
             + (f" (git {str(dep['git'].get('commit', ''))[:10]})" if dep.get("git") else "") if dep else
-            "Deployment: none") + f"\nRunner: {summary['runner']}\nJobs:")
+            "Deployment: none") + f"\nRunner: {summary['runner']}"
+         + (f"\nWarm drivers: {', '.join(summary['warm_drivers'])}" if summary["warm_drivers"] else "") + "\nJobs:")
     for key, info in jobs.items():
         if "name" not in info:
             _out(f"  {key}: {info['working_copy']}")

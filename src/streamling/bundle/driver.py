@@ -630,13 +630,38 @@ class Standby:
     driver JVM (``prelaunch``): a SparkContext would register an application with the master and could
     take executors the active driver needs, so it is made at takeover. It leaves when asked (SIGTERM:
     the task's definition changed, or it is no longer needed) or when its runner is gone (the pipe the
-    runner holds on its stdin ends)."""
+    runner holds on its stdin ends).
+
+    Started without a job and task it is a **pooled** warm driver (``job_runner.warm_drivers``): warmed
+    for the target's settings, it takes whichever notebook task the runner starts next without a
+    standby of its own (a new deploy's first run, say). If that task's session needs other settings
+    (``session_key``), it becomes the task's cold driver in the same process instead."""
 
     POLL_SECS = 0.05
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.go = Path(args.standby)
-        self.root, self.version, self.job, self.task = Path(args.root), int(args.deployment), args.job, args.task
+        self.root, self.version = Path(args.root), int(args.deployment)
+        #: None for a pooled driver: warmed for the target, it takes whichever task comes first
+        self.job: str | None = args.job
+        self.task: str | None = args.task
+
+    def _warm_for(self) -> tuple[Settings, bool, str]:
+        """The settings and UI flag to warm the session for, and what the log calls this driver."""
+        from streamling.bundle.workspace import Workspace
+        from streamling.plugins.discovery import load_plugins
+        from streamling.plugins.host import check_configured_plugins
+        from streamling.runtime.planner import build_plan
+
+        ws = Workspace(str(self.root))
+        if self.job is None or self.task is None:
+            return target_settings(ws, self.version), True, "pooled warm driver"
+        definition = _definition(ws, self.version, self.job, self.task, {})
+        os.chdir(definition.cwd)
+        load_plugins(definition.settings.plugin.path)
+        check_configured_plugins(definition.settings)
+        plan = build_plan(definition.spec, definition.settings, dry_run=True)
+        return definition.settings, not plan.bounded, f"warm standby for job '{self.job}' task '{self.task}'"
 
     def wait(self) -> dict[str, Any] | None:
         """Warm up, then the attempt to run once the go file appears; None when released first."""
@@ -644,11 +669,7 @@ class Standby:
         import threading
         import time
 
-        from streamling.bundle.workspace import Workspace
-        from streamling.plugins.discovery import load_plugins
-        from streamling.plugins.host import check_configured_plugins
-        from streamling.runtime.planner import build_plan
-        from streamling.runtime.session import build_session, prelaunch
+        from streamling.runtime.session import build_session, prelaunch, session_key
 
         parent, released, ready, started = os.getppid(), threading.Event(), threading.Event(), time.monotonic()
 
@@ -660,24 +681,20 @@ class Standby:
         signal.signal(signal.SIGTERM, on_term)
         threading.Thread(target=leave_with_runner, args=(self.go, parent), name="streamling-standby-watch",
                          daemon=True).start()
-        definition = _definition(Workspace(str(self.root)), self.version, self.job, self.task, {})
-        os.chdir(definition.cwd)
-        load_plugins(definition.settings.plugin.path)
-        check_configured_plugins(definition.settings)
-        plan = build_plan(definition.spec, definition.settings, dry_run=True)
+        settings, ui, role = self._warm_for()
         spark = None
-        if definition.settings.spark.master.startswith("local"):
-            spark = build_session(definition.settings, ui=not plan.bounded)
+        if settings.spark.master.startswith("local"):
+            spark = build_session(settings, ui=ui)
             # the first job's one-time costs (code generation, the executor's first task) paid now
             spark.range(1).count()
         else:
             # On a cluster a SparkContext would be an application of its own, holding executors the
             # active driver may need: the JVM only, its context made when the standby takes over.
-            prelaunch(definition.settings, ui=not plan.bounded)
+            prelaunch(settings, ui=ui)
         ready.set()
         Path(f"{self.go}.ready").write_text(str(os.getpid()))
-        log.info("warm standby for job '%s' task '%s' (deployment %d) ready in %.1fs: it runs nothing until the "
-                 "runner hands it an attempt", self.job, self.task, self.version, time.monotonic() - started)
+        log.info("%s (deployment %d) ready in %.1fs: it runs nothing until the runner hands it an attempt", role,
+                 self.version, time.monotonic() - started)
         while not self.go.exists():
             if released.is_set() or os.getppid() != parent:
                 log.info("warm standby released (%s)", "asked to stop" if released.is_set() else "its runner is gone")
@@ -687,10 +704,58 @@ class Standby:
             released.wait(self.POLL_SECS)
         attempt = dict(json.loads(self.go.read_text()))
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the task's own handling takes over (execute)
-        log.info("warm standby takes over: run %s, attempt %s of task '%s' (deployment %s), %.1fs after it started",
+        if self.job is None:
+            self.job, self.task = str(attempt["job"]), str(attempt["task"])
+            if self._session_key(attempt) != session_key(settings):
+                self._start_cold(attempt)
+        log.info("%s takes over: run %s, attempt %s of task '%s' (deployment %s), %.1fs after it started", role,
                  (attempt.get("context") and json.loads(attempt["context"]).get("run_id")), attempt["attempt"],
                  self.task, attempt["deployment"], time.monotonic() - started)
         return attempt
+
+    def _session_key(self, attempt: dict[str, Any]) -> str | None:
+        """The session the attempt's task needs (``session_key``), or None when it cannot be told here
+        (the task's own driver then reports why)."""
+        from streamling.bundle.workspace import Workspace
+        from streamling.runtime.session import session_key
+
+        assert self.job is not None and self.task is not None
+        try:
+            context = RunContext(**json.loads(attempt["context"])) if attempt.get("context") else None
+            definition = _definition(Workspace(str(self.root)), int(attempt["deployment"]), self.job, self.task,
+                                     dict(json.loads(attempt["params"])), context)
+        except Exception:  # noqa: BLE001 - a definition that does not build fails in the task's own driver
+            return None
+        return session_key(definition.settings)
+
+    def _start_cold(self, attempt: dict[str, Any]) -> None:
+        """Become the attempt's cold driver, in this process (the runner follows its pid): its task
+        needs a session other than the one warmed for the target (its own Spark settings), and a
+        driver JVM's launch settings cannot change. The warm JVM ends with the exec (its gateway's
+        stdin closes)."""
+        assert self.job is not None and self.task is not None
+        log.info("pooled warm driver: task '%s' of job '%s' needs a Spark session with other settings than the "
+                 "target's; it starts in a new driver JVM", self.task, self.job)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "streamling.bundle.driver", "--root", str(self.root),
+                                  "--deployment", str(attempt["deployment"]), "--job", self.job, "--task", self.task,
+                                  "--params", str(attempt["params"]), "--exit-file", str(attempt["exit_file"]),
+                                  "--attempt", str(attempt["attempt"]), "--context", str(attempt["context"])])
+
+
+def target_settings(ws: Any, version: int) -> Settings:
+    """A target's runtime settings as deployment ``version`` fixes them for every task (its
+    ``config``), before any task's own: what a pooled warm driver builds its session for."""
+    from streamling.config import deep_merge, load_settings
+
+    deployment = _deployment(ws, ws.root, version)
+    config = dict(deployment.get("config") or {})
+    state_dir = config.get("state_dir") or deployment["state_dir"]
+    return load_settings(None, cwd=Path(deployment["file_path"]),
+                         overrides=deep_merge(config, {"state_dir": state_dir}))
 
 
 def _pull_secrets(root: Path) -> None:
@@ -719,14 +784,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="streamling-driver")
     p.add_argument("--root", required=True)
     p.add_argument("--deployment", type=int, required=True)
-    p.add_argument("--job", required=True)
-    p.add_argument("--task", required=True)
+    p.add_argument("--job", help="required, except for a pooled warm driver (--standby without it)")
+    p.add_argument("--task", help="required, except for a pooled warm driver (--standby without it)")
     p.add_argument("--params", default="{}")
     p.add_argument("--exit-file")
     p.add_argument("--attempt", type=int, help="the attempt's id in the run store (heartbeat and fencing)")
     p.add_argument("--context", help="the attempt's run context as JSON (fills in {{job.run_id}} and the like)")
     p.add_argument("--standby", help="start warm and wait for this file: it names the attempt to run (see Standby)")
     args = p.parse_args(argv)
+    if not args.standby and not (args.job and args.task):
+        p.error("--job and --task are required (only a pooled warm driver, started with --standby, takes its task "
+                "from the runner)")
     from streamling.cli import STATS_FILE_ENV, setup_logging
     from streamling.secrets import SECRETS_DIR_ENV, RedactingStream
     from streamling.util import free_port
@@ -744,6 +812,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if attempt is None:
             return 0
+        args.job, args.task = attempt.get("job", args.job), attempt.get("task", args.task)
         args.deployment, args.params, args.exit_file = attempt["deployment"], attempt["params"], attempt["exit_file"]
         args.attempt, args.context = attempt["attempt"], attempt["context"]
     _pull_secrets(Path(args.root))

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -59,6 +60,11 @@ STOP_GRACE_SECS = 40.0
 IDLE_EXIT_SECS = 15.0
 PERIOD_UNIT_SECS = {"MINUTES": 60, "HOURS": 3600, "DAYS": 86400, "WEEKS": 604800}
 CONTINUOUS_BACKOFF_MAX_SECS = 300.0
+#: a driver younger than this that has not committed an epoch is still starting: no warm driver is
+#: started beside it (two JVM starts on the same cores slow both)
+STARTING_SECS = 60.0
+#: the file stem of pooled warm drivers under ``logs/standby/`` (a standby's is ``<job>.<task>``)
+POOL_STEM = "_pool"
 
 
 #: how often a runner looks for a new version on an object-store root
@@ -157,18 +163,31 @@ class Standby:
             path.unlink(missing_ok=True)
 
 
+def pool_state(ws: Workspace) -> list[str]:
+    """What ``bundle summary`` says of the target's pooled warm drivers on this host
+    (``job_runner.warm_drivers``): one ``ready (pid, memory)`` or ``warming up`` each."""
+    return [state for state in (_warm_state(log_path) for log_path in
+                                sorted((ws.logs / "standby").glob(f"{POOL_STEM}.*.log"))) if state is not None]
+
+
+def _warm_state(log_path: Path) -> str | None:
+    ready = log_path.with_name(log_path.name.removesuffix(".log") + ".go.ready")
+    try:
+        pid = int(ready.read_text())
+    except (OSError, ValueError):
+        return "warming up"
+    if not process_alive(pid):
+        return None
+    return f"ready (pid {pid}, {group_rss_mb(pid):.0f} MB)"
+
+
 def standby_state(ws: Workspace, job_key: str, task_key: str) -> str | None:
     """What ``bundle summary`` says of a task's warm standby on this host: ``ready (pid, memory)``,
     ``warming up``, or None when it has none (its files are removed when it leaves)."""
     for log_path in sorted((ws.logs / "standby").glob(f"{job_key}.{task_key}.*.log")):
-        ready = log_path.with_name(log_path.name.removesuffix(".log") + ".go.ready")
-        try:
-            pid = int(ready.read_text())
-        except (OSError, ValueError):
-            return "warming up"
-        if not process_alive(pid):
-            continue
-        return f"ready (pid {pid}, {group_rss_mb(pid):.0f} MB)"
+        state = _warm_state(log_path)
+        if state is not None:
+            return state
     return None
 
 
@@ -214,8 +233,10 @@ class Runner:
         self._idle_since: float | None = None
         self._draining = False  #: the target is being destroyed: no run starts any more
         self.standbys: dict[tuple[str, str], Standby] = {}
+        self.pool: list[Standby] = []  #: pooled warm drivers (job_runner.warm_drivers), for any task
         self._released: list[Standby] = []  # asked to leave, not reaped yet
         self._standby_retry: dict[tuple[str, str], tuple[int, float]] = {}  # failures, not before
+        self._pool_retry: tuple[int, float] = (0, 0.0)  # failures, not before
 
     # --- main loop --------------------------------------------------------------------------------
 
@@ -251,7 +272,7 @@ class Runner:
                 self._wake.wait(TICK_SECS)
                 self._wake.clear()
         finally:
-            for standby in self.standbys.values():
+            for standby in [*self.standbys.values(), *self.pool]:
                 standby.release()
             self.store.close()
 
@@ -321,6 +342,7 @@ class Runner:
         self._reap(now)
         self._advance_runs(now)
         self._keep_standbys(now)
+        self._keep_pool(now)
 
     def _idle(self) -> bool:
         busy = bool(self.attempts) or bool(self.store.runs(active_only=True, limit=1)) \
@@ -460,10 +482,11 @@ class Runner:
                 ids = [r.id for r in self.store.runs(active_only=True, limit=1000)]
                 for run_id in ids:
                     self._cancel_run(run_id, "cancelled: the target is being destroyed")
-                for standby in self.standbys.values():
+                for standby in [*self.standbys.values(), *self.pool]:
                     standby.release()
                     self._released.append(standby)
                 self.standbys.clear()
+                self.pool.clear()
                 result = {"cancelled": ids}
             elif kind == "cancel_job":
                 ids = [r.id for r in self.store.runs(job_key, active_only=True, limit=1000)]
@@ -582,21 +605,23 @@ class Runner:
                "--params", json.dumps(params), "--exit-file", f"{log_path}.exit", "--attempt", str(attempt_id),
                "--context", json.dumps(context)]
         standby = self._take_standby(job_key, task_key, record) if not launcher else None
+        if standby is None and not launcher:
+            standby = self._take_pooled(record, python)
         if standby is not None:
             # Its log becomes the attempt's (the process keeps writing to the same file), then the go
             # file hands it the attempt: it runs exactly what the command below would.
             standby.log_path.rename(log_path)
             go = {"deployment": self.version, "params": json.dumps(params), "exit_file": f"{log_path}.exit",
-                  "attempt": attempt_id, "context": json.dumps(context)}
+                  "attempt": attempt_id, "context": json.dumps(context), "job": job_key, "task": task_key}
             tmp = standby.go_file.with_name(standby.go_file.name + ".tmp")
             tmp.write_text(json.dumps(go))
             tmp.replace(standby.go_file)
             proc = standby.proc
             if proc.stdin is not None:
                 proc.stdin.close()  # it is the task's driver now: it outlives this runner, as a cold one would
-            log.info("run %d task '%s': its warm standby driver (pid %d, started %.0fs ago, %s) takes over",
-                     run_id, task_key, proc.pid, time.time() - standby.started,
-                     "ready" if standby.ready else "still warming up")
+            log.info("run %d task '%s': %s (pid %d, started %.0fs ago, %s) takes over", run_id, task_key,
+                     "a pooled warm driver" if not standby.job_key else "its warm standby driver", proc.pid,
+                     time.time() - standby.started, "ready" if standby.ready else "still warming up")
         else:
             with open(log_path, "ab") as out:
                 proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -667,21 +692,27 @@ class Runner:
                 self.standbys[key] = self._start_standby(key[0], key[1], record)
 
     def _start_standby(self, job_key: str, task_key: str, record: dict[str, Any]) -> Standby:
+        """A warm standby for one task (or, with no job and task, a pooled warm driver)."""
         assert self.version is not None
         folder = self.ws.logs / "standby"
         folder.mkdir(parents=True, exist_ok=True)
-        stem = f"{job_key}.{task_key}.{time.time_ns()}"
+        stem = f"{job_key}.{task_key}.{time.time_ns()}" if job_key else f"{POOL_STEM}.{time.time_ns()}"
         log_path, go_file = folder / f"{stem}.log", folder / f"{stem}.go"
-        python = record.get("python") or sys.executable
+        python, fingerprint = record.get("python") or sys.executable, str(record["fingerprint"])
         cmd = [python, "-m", "streamling.bundle.driver", "--root", str(self.ws.root), "--deployment",
-               str(self.version), "--job", job_key, "--task", task_key, "--standby", str(go_file)]
+               str(self.version), *(["--job", job_key, "--task", task_key] if job_key else []), "--standby",
+               str(go_file)]
         with open(log_path, "ab") as out:
             # stdin is a pipe this runner holds: when the runner dies, however, the standby sees EOF and leaves
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
                                     start_new_session=True, cwd=str(self.ws.root))
-        log.info("job '%s' task '%s': warm standby driver started (pid %d, deployment %d)", job_key, task_key,
-                 proc.pid, self.version)
-        return Standby(job_key, task_key, str(record["fingerprint"]), proc, log_path, go_file, time.time())
+        if job_key:
+            log.info("job '%s' task '%s': warm standby driver started (pid %d, deployment %d)", job_key, task_key,
+                     proc.pid, self.version)
+        else:
+            log.info("pooled warm driver started (pid %d, deployment %d): the next task without a standby takes it",
+                     proc.pid, self.version)
+        return Standby(job_key, task_key, fingerprint, proc, log_path, go_file, time.time())
 
     def _take_standby(self, job_key: str, task_key: str, record: dict[str, Any]) -> Standby | None:
         """The task's standby for this definition, if it has one (else it starts cold). One still
@@ -692,6 +723,69 @@ class Runner:
         del self.standbys[(job_key, task_key)]
         self._standby_retry.pop((job_key, task_key), None)
         return standby
+
+    # --- pooled warm drivers ------------------------------------------------------------------------
+
+    def _pool_size(self) -> int:
+        """How many pooled warm drivers the live deployment wants (``job_runner.warm_drivers``;
+        ``auto``: one on a production-mode target, none in development, as for standbys)."""
+        deployment = self.deployment or {}
+        wanted = ((deployment.get("config") or {}).get("job_runner") or {}).get("warm_drivers", "auto")
+        if wanted == "auto":
+            return 1 if deployment.get("mode") == "production" and deployment.get("jobs") else 0
+        return int(wanted)
+
+    def _pool_key(self) -> str:
+        """The target-level settings a pooled driver is warmed for: another deployment's config needs
+        another JVM (its tasks would not fit the session), the same one does not."""
+        config = (self.deployment or {}).get("config") or {}
+        return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def _keep_pool(self, now: float) -> None:
+        """Keep ``_pool_size`` pooled drivers, warmed for the live deployment's settings: reap the dead,
+        release those warmed for other settings, and start new ones, not beside a driver that is still
+        starting (it would slow that start)."""
+        key = self._pool_key()
+        for driver in list(self.pool):
+            code = driver.proc.poll()
+            if code is not None:
+                self.pool.remove(driver)
+                Path(f"{driver.go_file}.ready").unlink(missing_ok=True)
+                failures = self._pool_retry[0] + 1
+                self._pool_retry = (failures, now + min(300.0, 5.0 * 2 ** (failures - 1)))
+                log.warning("a pooled warm driver exited (code %s) before it was needed; see %s", code,
+                            driver.log_path)
+            elif driver.fingerprint != key:
+                self.pool.remove(driver)
+                driver.release()
+                self._released.append(driver)
+        size = self._pool_size()
+        while len(self.pool) > size:
+            driver = self.pool.pop()
+            driver.release()
+            self._released.append(driver)
+        starting = False
+        for a in self.attempts.values():
+            if not a.remote and a.stopping is None and not a.committed and now - a.started < STARTING_SECS:
+                a.committed = _committed(a.log_path)
+                starting = starting or not a.committed
+        if self._draining or starting or len(self.pool) >= size or now < self._pool_retry[1]:
+            return
+        self.pool.append(self._start_standby("", "", {"fingerprint": key}))
+
+    def _take_pooled(self, record: dict[str, Any], python: str) -> Standby | None:
+        """A pooled warm driver for a task that has no standby of its own: a notebook pipeline task
+        on streamling's own interpreter (a task with libraries runs on its own environment's). The
+        first ready one, else one still warming up (sooner than a cold start)."""
+        if record.get("kind") != "notebook" or record.get("executes") or python != sys.executable:
+            return None
+        alive = [d for d in self.pool if d.proc.poll() is None and d.fingerprint == self._pool_key()]
+        if not alive:
+            return None
+        driver = next((d for d in alive if d.ready), alive[0])
+        self.pool.remove(driver)
+        self._pool_retry = (0, 0.0)
+        return driver
 
     def _push_log(self, attempt: Attempt) -> None:
         """An ended attempt's log to the object-store root (off the supervision loop: a slow store

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -131,6 +131,9 @@ class JobRunnerSettings(_Section):
     #: a warm standby driver per running task of a continuous job, so a dead driver is replaced in
     #: seconds (``auto``: production-mode targets on a local master; it costs one idle driver per such task)
     standby: bool | Literal["auto"] = "auto"
+    #: drivers kept warm for the target's settings, for any notebook task that starts without a standby
+    #: of its own (a new deploy's first run): ``auto`` keeps one on production-mode targets
+    warm_drivers: Annotated[int, Field(ge=0, le=8)] | Literal["auto"] = "auto"
 
 
 class PostgresSinkSettings(PostgresConnection):

@@ -219,6 +219,19 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
 _prelaunched = False
 
 
+def session_key(settings: Settings, app_name: str = "streamling") -> str:
+    """What fixes the session ``build_session(settings, app_name)`` makes: its master, its Spark
+    settings (many take effect only at launch: jars, memory, plugins) and the Python it ships. A
+    process whose session was built for one key serves a run with another only by launching again:
+    ``build_session`` reuses the session it has as it is. (Whether Spark's web UI runs changes no
+    row: a bounded run in a session that has it is served as well.)"""
+    import json
+
+    fixed = {"spark": settings.spark.model_dump(mode="json"), "plugin": settings.plugin.model_dump(mode="json"),
+             "app": app_name}
+    return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def prelaunch(settings: Settings, app_name: str = "streamling", ui: bool = False) -> None:
     """Launch this process's driver JVM as ``build_session(settings, app_name, ui)`` would, without
     a SparkContext: the JVM's start, its class loading and the packing of a shipped environment are
