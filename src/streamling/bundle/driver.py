@@ -708,7 +708,8 @@ class Standby:
             self.job, self.task = str(attempt["job"]), str(attempt["task"])
             if self._session_key(attempt) != session_key(settings):
                 self._start_cold(attempt)
-        log.info("%s takes over: run %s, attempt %s of task '%s' (deployment %s), %.1fs after it started", role,
+        log.info("%s takes over: run %s, attempt %s of task '%s' (deployment %s), %.1fs after it started",
+                 "warm standby" if role.startswith("warm standby") else role,
                  (attempt.get("context") and json.loads(attempt["context"]).get("run_id")), attempt["attempt"],
                  self.task, attempt["deployment"], time.monotonic() - started)
         return attempt
