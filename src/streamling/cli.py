@@ -334,6 +334,9 @@ def _execute_one(spec: Any, settings: Settings, stop_after_secs: float | None, s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``streamling ARGV…`` in this process, returning its exit code: the console script's entry
+    point, and what a bundle's job driver calls for a task that runs Streamling itself, so such a
+    task parses, logs and exits exactly as the command does."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bundle"]:
         from streamling.bundle.cli import main as bundle_main

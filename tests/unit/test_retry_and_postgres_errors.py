@@ -114,3 +114,16 @@ def test_first_line_is_what_a_person_reads_of_any_error() -> None:
     assert first_line(RuntimeError("\n  boom\n\tat x")) == "boom"
     assert first_line(ConnectionResetError()) == "ConnectionResetError"  # no message: never an IndexError
     assert first_line("") == "" and first_line("one\ntwo") == "one"
+
+
+def test_clickhouse_and_sql_errors_read_their_first_line_through_the_one_helper() -> None:
+    from streamling.clickhouse import server_message
+    from streamling.spec.sql import _parse_error_text
+
+    wrapped = RuntimeError("HTTPDriver for http://ch:8123 received ClickHouse error code 60\n"
+                           " Code: 60. DB::Exception: Table default.t does not exist. (UNKNOWN_TABLE) (version 24.3)\n"
+                           "\tat frame")
+    assert server_message(wrapped) == "Code: 60. DB::Exception: Table default.t does not exist. (UNKNOWN_TABLE)"
+    assert server_message(OSError()) == "OSError"
+    assert _parse_error_text(ValueError(""), "SELECT") == "ValueError"  # no message: never an IndexError
+    assert _parse_error_text(ValueError("bad\nmore"), "SELECT") == "bad"

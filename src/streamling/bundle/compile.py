@@ -74,9 +74,10 @@ from typing import Any, Literal, cast
 from streamling.errors import Location, StreamlingError, ValidationError
 from streamling.notebook.cells import DISPLAY_COMMANDS, RUN_CONTROL_COMMANDS, USAGE, cell_node, parse_line
 from streamling.notebook.dbutils import InputWidgetNotDefined, Widgets
-from streamling.notebook.session import NotebookPipeline, pipeline_yaml, problems_of
+from streamling.notebook.session import NotebookPipeline, problems_of
 from streamling.spec import parse_pipeline
 from streamling.spec.pipeline import SECTIONS, Kind
+from streamling.spec.writer import pipeline_yaml
 
 DATABRICKS_HEADER = "# Databricks notebook source"
 DATABRICKS_SEPARATOR = "# COMMAND ----------"

@@ -83,6 +83,8 @@ def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict
     if task["kind"] == "python_wheel" and task.get("package_name") != "streamling":
         os.chdir(files)
         return _wheel_entry_point(str(task["package_name"]), str(task["entry_point"]), arguments)
+    # A wheel task of Streamling itself is the `streamling` command: the CLI owns its parsing,
+    # logging and exit codes, so the driver runs that command's entry point rather than a copy.
     from streamling.cli import main
 
     os.chdir(files)

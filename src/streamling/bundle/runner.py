@@ -1159,25 +1159,16 @@ class Runner:
             threading.Thread(target=self._send_webhooks, args=(run_id, event, list(urls), payload), daemon=True).start()
 
     def _send_webhooks(self, run_id: int, event: str, urls: list[str], payload: dict[str, Any]) -> None:
-        import httpx
-
-        from streamling.http.client import credential_forms, redact_url
+        from streamling.http.client import post_notification
 
         for url in urls:
-            # A webhook URL may carry credentials (user:password@, a token in the query): neither
-            # the log nor the run store keeps them, whatever the error text echoes.
-            safe = redact_url(url, hide_query=True)
-            try:
-                response = httpx.post(url, json=payload, timeout=10)
-                status = "sent" if response.status_code < 400 else "failed"
-                detail = f"HTTP {response.status_code}"
-            except httpx.HTTPError as exc:
-                status, detail = "failed", str(exc).replace(url, safe)
-                for secret in credential_forms(url, {}):
-                    detail = detail.replace(secret, "***")
-            if status == "failed":
-                log.warning("run %d: %s webhook to %s failed: %s", run_id, event, safe, detail)
-            self.store.notification(run_id, event, "webhook", safe, status, detail)
+            # A webhook URL may carry credentials (user:password@, a token in the query): the log
+            # and the run store get only what post_notification answers, which never holds them.
+            delivery = post_notification(url, payload)
+            if not delivery.sent:
+                log.warning("run %d: %s webhook to %s failed: %s", run_id, event, delivery.url, delivery.detail)
+            self.store.notification(run_id, event, "webhook", delivery.url, "sent" if delivery.sent else "failed",
+                                    delivery.detail)
 
 
 _DONE_FAILED = ("failed", "cancelled", "timed_out", "upstream_failed")

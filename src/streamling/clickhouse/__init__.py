@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, first_line
 
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
@@ -71,20 +71,19 @@ def is_authentication_failure(exc: BaseException) -> bool:
     return error_code(exc) in _AUTH_CODES
 
 
-def first_line(exc: BaseException) -> str:
-    """The server's message without clickhouse-connect's wrapper lines and the stack trace."""
+def server_message(exc: BaseException) -> str:
+    """The server's message without clickhouse-connect's wrapper lines and the stack trace: its
+    ``Code: N. …`` part cut before ``(version …``, then read as any error's first line is."""
     text = str(exc)
     match = re.search(r"Code:\s*\d+\..*", text)
     if match:
         text = match.group(0)
-    text = re.split(r"\s*\(version [\d.]+", text)[0]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+    return first_line(re.split(r"\s*\(version [\d.]+", text)[0]) or type(exc).__name__
 
 
 def error(node_kind: str, node: str, doing: str, exc: BaseException, conn: ClickHouseConnection) -> StreamlingError:
     """``<kind> '<node>': <doing> at <url> failed: <message>``, retriable when the failure is transient."""
-    message = first_line(exc)
+    message = server_message(exc)
     if conn.password:
         message = message.replace(conn.password, "***")
     transient = is_transient(exc)

@@ -18,12 +18,12 @@ import random
 import re
 import socket
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 from streamling.errors import NodeFailure, StreamlingError
 from streamling.runtime.nodes import GS_OP, NodeContext
@@ -56,15 +56,18 @@ def redact_url(url: str, hide_query: bool = False) -> str:
 _CREDENTIAL_HEADER = re.compile(r"authorization|cookie|api[-_]?key|token|secret|passw", re.I)
 
 
-def credential_forms(url: str, headers: dict[str, str]) -> list[str]:
+def credential_forms(url: str, headers: dict[str, str], query: bool = False) -> list[str]:
     """Every way a credential of this call may come back in text: the URL's ``user:password`` (which
     the HTTP client sends as ``Authorization: Basic …``) and credential-bearing header values, each
-    raw, Base64-encoded and percent-encoded, so an endpoint echoing them cannot leak them into logs."""
+    raw, Base64-encoded and percent-encoded, so an endpoint echoing them cannot leak them into logs.
+    With ``query``, the query's values too (for URLs whose query is hidden, see ``redact_url``)."""
     raw: list[str] = []
     parts = urlsplit(url)
     if parts.password:
         user, password = unquote(parts.username or ""), unquote(parts.password)
         raw += [f"{user}:{password}", password]
+    if query:
+        raw += [value for _, value in parse_qsl(parts.query)]
     for name, value in headers.items():
         if _CREDENTIAL_HEADER.search(name) and value:
             raw.append(value)
@@ -87,6 +90,35 @@ def credential_forms(url: str, headers: dict[str, str]) -> list[str]:
 def _longest_first(values: list[str]) -> tuple[str, ...]:
     """Distinct values, longest first: masking a short one inside a longer one would leave the rest visible."""
     return tuple(sorted(dict.fromkeys(values), key=len, reverse=True))
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How one ``post_notification`` went, in words fit for a log line or a stored record."""
+
+    url: str  # without userinfo, its query shown as "…"
+    sent: bool
+    detail: str  # "HTTP <status>", or the failure's text with the URL's credentials masked
+
+
+def post_notification(url: str, payload: Mapping[str, Any], timeout_secs: float = 10.0) -> Delivery:
+    """POST ``payload`` as JSON to ``url`` once, best effort (a job's webhook notification).
+
+    Such a URL is pasted in by a user and may carry credentials (``user:password@``, a token in the
+    query), so the answer never holds them: the URL is redacted with its query hidden, and an
+    error's text is masked for every form of them it may echo, so callers log and store it as is.
+    """
+    import httpx
+
+    safe = redact_url(url, hide_query=True)
+    try:
+        response = httpx.post(url, json=payload, timeout=timeout_secs)
+    except httpx.HTTPError as exc:
+        detail = str(exc).replace(url, safe)
+        for secret in _longest_first(credential_forms(url, {}, query=True)):
+            detail = detail.replace(secret, "***")
+        return Delivery(safe, False, detail)
+    return Delivery(safe, response.status_code < 400, f"HTTP {response.status_code}")
 
 
 @dataclass(frozen=True)

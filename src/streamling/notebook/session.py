@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-import yaml
-
 from streamling import storage
 from streamling.config import Settings, load_settings
 from streamling.errors import StreamlingError, ValidationError, java_message
 from streamling.runtime import events as ev
 from streamling.spec import PipelineSpec, parse_pipeline
 from streamling.spec.pipeline import SECTIONS, Kind
+from streamling.spec.writer import pipeline_yaml
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,38 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 KIND_SECTION: dict[Kind, str] = {kind: section for section, kind in SECTIONS.items()}
-
-
-class _BlockStr(str):
-    """Multi-line text (SQL, scripts) exported as a YAML ``|`` block, as a person would write it."""
-
-
-def _block_representer(dumper: yaml.SafeDumper, value: _BlockStr) -> yaml.Node:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", str(value), style="|")
-
-
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-_Dumper.add_representer(_BlockStr, _block_representer)
-
-
-def _blocks(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _blocks(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_blocks(v) for v in value]
-    if isinstance(value, str) and "\n" in value:
-        return _BlockStr(value if value.endswith("\n") else value + "\n")
-    return value
-
-
-def pipeline_yaml(document: dict[str, Any]) -> str:
-    """A pipeline document as ``%streamling export`` writes it (and a bundle compiles a notebook):
-    keys in their order, SQL and scripts as ``|`` blocks."""
-    return yaml.dump(_blocks(document), Dumper=_Dumper, sort_keys=False, allow_unicode=True,
-                     default_flow_style=False)
 
 
 @dataclass

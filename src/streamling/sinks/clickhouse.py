@@ -273,9 +273,9 @@ class ClickHouseTableReader:
         return table, [str(f.type) for f in table.schema]
 
     def error_text(self, exc: BaseException) -> str:
-        from streamling.clickhouse import first_line
+        from streamling.clickhouse import server_message
 
-        return f"querying ClickHouse table {self.sink.database}.{self.sink.table} failed: {first_line(exc)}"
+        return f"querying ClickHouse table {self.sink.database}.{self.sink.table} failed: {server_message(exc)}"
 
     def close(self) -> None:
         if self._client is not None:

@@ -22,6 +22,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from streamling.errors import first_line
 from streamling.spec.sql_dialect import DataFusion
 from streamling.spec.sql_translate import DYNAMIC_TABLE_CHECK, translate
 
@@ -70,11 +71,11 @@ def _cte_names(tree: exp.Expression) -> set[str]:
 def _parse_error_text(exc: Exception, sql: str) -> str:
     """sqlglot's first error in user terms: no token reprs or parser class names."""
     if isinstance(exc, sqlglot.errors.TokenError):  # "Error tokenizing '<context>'"
-        context = str(exc).splitlines()[0].removeprefix("Error tokenizing ")
+        context = first_line(exc).removeprefix("Error tokenizing ")
         return f"cannot tokenize the SQL near {context}; check for an unclosed quote"
     errors = getattr(exc, "errors", None) or []
     if not errors:
-        return str(exc).splitlines()[0]
+        return first_line(exc)
     first = errors[0]
     text = re.sub(r" but got (<Token .*>|None)$", "", str(first.get("description", "")))
     if "<class" in text:  # "Required keyword: 'this' missing for <class '…Where'>"

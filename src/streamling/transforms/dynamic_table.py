@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, first_line
 from streamling.runtime.nodes import Epoch, NodeContext, Transform
 from streamling.spec.nodes import IDENTIFIER, DynamicTableTransformOptions
 from streamling.transforms.sql import UpstreamSql
@@ -260,7 +260,7 @@ class PostgresDynamicTable:
                     tc=sql.Identifier(self.time_column), t=self._ident))
             except Exception as exc:  # noqa: BLE001 - any failure means the column cannot order rows
                 raise self._error(f"cache is on but time column '{self.time_column}' of {self.qualified} "
-                                  f"({found[self.time_column]}) cannot be compared with timestamps: {_first_line(exc)}",
+                                  f"({found[self.time_column]}) cannot be compared with timestamps: {first_line(exc)}",
                                   hint="use a timestamptz column as 'time_column', or turn 'cache' off") from exc
 
     def _connections(self) -> PostgresPool:
@@ -301,7 +301,7 @@ class PostgresDynamicTable:
 
         state = getattr(exc, "sqlstate", None)
         if isinstance(exc, psycopg.OperationalError) and not state:
-            return self._error(f"cannot reach Postgres at {self.target}: {self._mask(_first_line(exc))}",
+            return self._error(f"cannot reach Postgres at {self.target}: {self._mask(first_line(exc))}",
                                retriable=transient, code="dynamic_table_unavailable",
                                hint="check dynamic_table_backend.postgres.* (host, port, user, password, db, sslmode; "
                                     "keys left unset use postgres_sink.*) and that Postgres is running")
@@ -309,7 +309,7 @@ class PostgresDynamicTable:
         if state == "42P10":
             hint = f"the ON CONFLICT insert needs a PRIMARY KEY or UNIQUE constraint on '{self.column}'"
         return self._error(f"Postgres at {self.target} rejected {what} on {self.qualified}: "
-                           f"{'SQLSTATE ' + state + ': ' if state else ''}{self._mask(_first_line(exc))}",
+                           f"{'SQLSTATE ' + state + ': ' if state else ''}{self._mask(first_line(exc))}",
                            retriable=transient, hint="retried by the flow" if transient else hint,
                            code="dynamic_table_unavailable" if transient else "dynamic_table_error")
 
@@ -396,9 +396,3 @@ def _distinct_text(chunks: Iterable[Any]) -> list[str]:
         return []
     unique = pc.unique(pa.chunked_array(arrays))
     return [v for v in unique.to_pylist() if v is not None]
-
-
-def _first_line(exc: BaseException) -> str:
-    from streamling.postgres import first_line  # psycopg is imported only where Postgres is used
-
-    return first_line(exc)
