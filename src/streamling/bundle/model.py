@@ -147,7 +147,8 @@ class Job:
 class Pipeline:
     """A Lakeflow (Databricks) declarative pipeline, run here by Apache Spark's Declarative Pipelines
     (``pyspark.pipelines``, the ``spark-pipelines`` CLI): its source files and folders (``folder/**``),
-    its default catalog and schema, and the Spark settings of its runs."""
+    its default catalog and schema, the Spark settings of its runs, and where it keeps its tables and
+    checkpoints (``storage``, as on Databricks; see ``pipeline_locations``)."""
 
     key: str
     name: str
@@ -156,6 +157,19 @@ class Pipeline:
     schema: str | None
     configuration: dict[str, str]
     source: str = ""
+    storage: str | None = None  #: a URI, or an absolute local path (relative ones resolved against the bundle root)
+
+
+def pipeline_locations(root_path: str, key: str, storage_location: str | None) -> tuple[str, str]:
+    """Where pipeline ``key`` keeps its checkpoints (the spec's ``storage``) and its tables (the
+    warehouse): under its ``storage`` location when it names one — ``checkpoints/`` and ``tables/``,
+    the folders a Databricks pipeline with a storage location uses — else under the target's root,
+    ``state/pipelines/<key>/storage`` and the ``warehouse/`` every pipeline of the target shares."""
+    from streamling import storage
+
+    if storage_location:
+        return storage.join(storage_location, "checkpoints"), storage.join(storage_location, "tables")
+    return storage.join(root_path, "state", "pipelines", key, "storage"), storage.join(root_path, "warehouse")
 
 
 @dataclass
@@ -338,14 +352,17 @@ _SECRET_SCOPE = _Map({"name": None, "backend_type": None},
                      {"permissions": "a scope's file is readable by the runner's user only"},
                      rejected=("keyvault_metadata",))
 _DLT = "it configures Databricks' pipeline service"
+_STORAGE_HINT = ("set resources.pipelines.{key}.storage to a location every host reaches, e.g. "
+                 "hdfs://namenode:8020/pipelines/{key} or s3a://bucket/pipelines/{key}: its tables go to "
+                 "<storage>/tables, its checkpoints to <storage>/checkpoints")
 _PIPELINE = _Map({
     "name": None, "catalog": None, "schema": None, "target": None, "configuration": _Named(None),
     "libraries": _List(_Map({"glob": _Map({"include": None}), "file": _Map({"path": None}),
                              "notebook": _Map({"path": None})}, rejected=("jar", "maven", "whl"))),
-    "continuous": None,
+    "continuous": None, "storage": None,
 }, {**{k: _DLT for k in ("clusters", "photon", "serverless", "channel", "edition", "permissions", "notifications",
                          "budget_policy_id", "environment", "root_path", "allow_duplicate_names", "tags", "event_log",
-                         "storage", "run_as")},
+                         "run_as")},
     "development": "a pipeline runs the same way in every target here"})
 _RESOURCES = _Map({"jobs": _Named(_JOB), "secret_scopes": _Named(_SECRET_SCOPE), "pipelines": _Named(_PIPELINE),
                    "clusters": _Named(_CLUSTER)},
@@ -946,9 +963,10 @@ class _Builder:
         self.node = None
         scopes = self.secret_scopes(_dict(resources.get("secret_scopes")))
         pipelines = {str(k): p for k, v in _dict(resources.get("pipelines")).items()
-                     if (p := self.pipeline(str(k), res.tree(f"resources.pipelines.{k}", v, _PIPELINE))) is not None}
+                     if (p := self.pipeline(str(k), res.tree(f"resources.pipelines.{k}", v, _PIPELINE),
+                                            str(_dict(config.get("spark")).get("master") or "local[*]"))) is not None}
         self.check_pipeline_tasks({k: v for k, v in built.items() if v is not None}, _dict(resources.get("pipelines")),
-                                  config)
+                                  pipelines, config, root_path)
         artifacts = [a for k, v in _dict(data.get("artifacts")).items()
                      if (a := self.artifact(str(k), res.tree(f"artifacts.{k}", v, _ARTIFACT))) is not None]
         return Bundle(bundle_name, ctx.root, target, {k: v for k, v in values.items() if v is not None},
@@ -1040,9 +1058,12 @@ class _Builder:
         resolved, _, _ = self.locate(where, raw, "a library path")
         return str(resolved)
 
-    def pipeline(self, key: str, body: Any) -> Pipeline | None:
+    def pipeline(self, key: str, body: Any, master: str) -> Pipeline | None:
         """A declarative pipeline run by Spark's ``pyspark.pipelines``: Databricks-only parts (the
-        ``dlt`` module, continuous mode) fail here with what to write instead."""
+        ``dlt`` module, continuous mode) fail here with what to write instead, and so does a
+        ``storage`` location that the hosts of ``master`` do not share."""
+        from streamling import storage
+
         path, spec = f"resources.pipelines.{key}", _dict(body)
         self.node = (key, "pipeline")
         if spec.get("continuous") in (True, "true", "True"):
@@ -1084,15 +1105,22 @@ class _Builder:
         if not _list(spec.get("libraries")):
             self.add(path, "no libraries: a pipeline is defined by its source files",
                      hint="libraries: [{glob: {include: transformations/**}}]")
+        stored = self.str_(spec, "storage", path)
+        if stored and (problem := storage.cluster_path_problem(stored, master, "storage", written_by_executors=True)):
+            self.add(f"{path}.storage", problem, hint=_STORAGE_HINT.format(key=key), code="cluster_path")
         self.node = None
         return Pipeline(key, self.str_(spec, "name", path) or key, libraries, self.str_(spec, "catalog", path),
                         self.str_(spec, "schema", path) or self.str_(spec, "target", path),
-                        self.strings(spec, "configuration", path), self.ctx.source(path))
+                        self.strings(spec, "configuration", path), self.ctx.source(path),
+                        _local_or_uri(stored, self.ctx.root) if stored else None)
 
     def check_pipeline_tasks(self, jobs: Mapping[str, Job], declared: Mapping[str, Any],
-                             config: Mapping[str, Any]) -> None:
-        """A pipeline_task names a pipeline of the bundle; Spark runs declarative pipelines on a local
-        session (the ``spark-pipelines`` CLI starts its own), so a cluster target cannot run one."""
+                             pipelines: Mapping[str, Pipeline], config: Mapping[str, Any], root_path: str) -> None:
+        """A pipeline_task names a pipeline of the bundle. On a master spanning hosts the pipeline's
+        executors write its tables and checkpoints from every host, so both must be on storage every
+        host reaches (``pipeline_locations``), not on the driver host's disk."""
+        from streamling import storage
+
         master = str(_dict(config.get("spark")).get("master") or "local[*]")
         for key, job in jobs.items():
             for i, task in enumerate(job.tasks):
@@ -1103,10 +1131,17 @@ class _Builder:
                     self.ctx.add(f"{where}.pipeline_id", f"updates pipeline '{task.pipeline}', which this bundle "
                                  f"does not define{did_you_mean(task.pipeline, list(declared))}",
                                  hint="pipeline_id: ${resources.pipelines.<key>.id}", node=task.key, node_kind="task")
-                if not master.startswith("local"):
-                    self.ctx.add(where, f"pipelines run on a local Spark session here, but the target's master is "
-                                 f"{master}", hint="refresh pipelines from a target whose config.spark.master is "
-                                 "local[*]", node=task.key, node_kind="task", code="bundle_unsupported")
+                pipeline = pipelines.get(task.pipeline)
+                if pipeline is None or pipeline.storage or not root_path:
+                    continue  # a storage location of its own was checked with the pipeline
+                checkpoints, tables = pipeline_locations(root_path, pipeline.key, None)
+                problem = next((p for path, what in ((tables, "table"), (checkpoints, "checkpoint"))
+                                if (p := storage.cluster_path_problem(path, master, f"the {what} folder of pipeline "
+                                                                      f"'{pipeline.key}'", written_by_executors=True))),
+                               None)
+                if problem is not None:
+                    self.ctx.add(where, problem, hint=_STORAGE_HINT.format(key=pipeline.key), node=task.key,
+                                 node_kind="task", code="cluster_path")
 
     def secret_scopes(self, declared: dict[str, Any]) -> list[str]:
         """Scopes of the local secret store (``streamling.secrets``); Azure Key Vault ones cannot be read here."""
