@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamling.bundle import handover
 from streamling.bundle.references import RunContext
-from streamling.errors import StreamlingError, ValidationError
+from streamling.errors import StreamlingError, ValidationError, first_line
 
 if TYPE_CHECKING:
     from streamling.config import Settings
@@ -451,7 +451,7 @@ def _pipelines_on_cluster(key: str, task: dict[str, Any], spec_file: Path, setti
         from streamling.runtime.environment import worker_failure
 
         worker = worker_failure(str(exc))
-        cause = worker.message if worker is not None else (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        cause = worker.message if worker is not None else first_line(exc)
         log.exception("the update of pipeline '%s' failed", key)
         raise StreamlingError(f"the update of pipeline '{key}' (task '{task['task_key']}') failed on "
                               f"{settings.spark.master}: {cause[:500]}", code="pipeline_failed",
