@@ -74,7 +74,7 @@ def project(tmp_path: Path, pg_environ: dict[str, str], unique_name: str) -> Ite
             default: true
             mode: production
             workspace: {{root_path: {tmp_path / 'root'}}}
-            config: {{checkpoint_interval_sec: 1, spark: {{master: "local[2]"}}}}
+            config: {{checkpoint_interval_sec: 1, spark: {{master: "local[2]"}}, job_runner: {{warm_drivers: 0}}}}
     """))
     env = {k: v for k, v in pg_environ.items() if not k.startswith("BUNDLE_VAR_")}
     yield root, env
