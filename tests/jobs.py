@@ -91,3 +91,30 @@ def ready_pooled(workspace: Path, deployment: int) -> int | None:
         if ready.exists() and f"(deployment {deployment}) ready in" in log.read_text():
             return int(ready.read_text())
     return None
+
+
+def run_store(postgres_service: Mapping[str, str], unique_name: str) -> dict[str, str]:
+    """A target's ``job_runner.postgres`` settings on the test Postgres, in a schema of the test's own
+    (``runs_<unique_name>``); the password stays in the environment, as users keep it."""
+    return {"host": "127.0.0.1", "port": postgres_service["STREAMLING__POSTGRES_SINK__PORT"],
+            "user": postgres_service["STREAMLING__POSTGRES_SINK__USER"],
+            "db": postgres_service["STREAMLING__POSTGRES_SINK__DB"], "sslmode": "disable",
+            "schema_name": f"runs_{unique_name}"}
+
+
+def stop_lease_holder(pg: Any, unique_name: str) -> None:
+    """SIGTERM the runner holding the run store's lease (on this machine) and wait until it is gone."""
+    import os
+    import signal
+
+    [(pid,)] = pg.execute(f"SELECT pid FROM runs_{unique_name}.runner_lease").fetchall()
+    os.kill(int(pid), signal.SIGTERM)
+
+    def gone() -> bool:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        return False
+    wait_for(gone, 30, "the runner to stop")
+

@@ -9,14 +9,13 @@ operator's ``curl`` would. Tasks are Python files (no JVM): what is under test i
 from __future__ import annotations
 
 import os
-import signal
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from jobs import bundle, runs, wait_for
+from jobs import bundle, run_store, runs, stop_lease_holder, wait_for
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.postgres, pytest.mark.slow]
 
@@ -54,10 +53,7 @@ def project(tmp_path: Path, hdfs: dict[str, str], postgres_service: dict[str, st
     """))
     (root / "jobs" / "greeting.txt").write_text("hello from version 1\n")
     folder = f"/tests/{unique_name}/root"
-    pg = {"host": "127.0.0.1", "port": postgres_service["STREAMLING__POSTGRES_SINK__PORT"],
-          "user": postgres_service["STREAMLING__POSTGRES_SINK__USER"],
-          "db": postgres_service["STREAMLING__POSTGRES_SINK__DB"], "sslmode": "disable",
-          "schema_name": f"runs_{unique_name}"}
+    pg = run_store(postgres_service, unique_name)
     (root / "bundle.yml").write_text(textwrap.dedent(f"""
         bundle: {{name: hdfsroot}}
         workspace: {{root_path: "{hdfs['STREAMLING_TEST_HDFS_URL']}{folder}"}}
@@ -85,17 +81,6 @@ def project(tmp_path: Path, hdfs: dict[str, str], postgres_service: dict[str, st
     return root, folder, env
 
 
-def _stop_runner(pg: Any, schema: str) -> None:
-    [(pid,)] = pg.execute(f"SELECT pid FROM {schema}.runner_lease").fetchall()
-    os.kill(int(pid), signal.SIGTERM)
-
-    def gone() -> bool:
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return True
-        return False
-    wait_for(gone, 30, "the runner to stop")
 
 
 def test_a_bundle_root_on_hdfs_serves_every_host(project: tuple[Path, str, dict[str, str]], hdfs: dict[str, str],
@@ -117,7 +102,7 @@ def test_a_bundle_root_on_hdfs_serves_every_host(project: tuple[Path, str, dict[
     assert f"to target 'dev' ({uri})" in deployed.stdout
     assert fs.read(f"{folder}/current").strip() == "1"
     assert "greeting:" in fs.read(f"{folder}/deployments/1/files/jobs/hello.py")
-    _stop_runner(pg, f"runs_{unique_name}")
+    stop_lease_holder(pg, unique_name)
 
     # Host B: a runner started there finds the deployment and the files on HDFS.
     ran = bundle(root, host_b, "run", "hello")

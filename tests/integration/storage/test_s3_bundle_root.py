@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jobs import bundle, runs, wait_for
+from jobs import bundle, run_store, runs, stop_lease_holder, wait_for
 
 pytestmark = [pytest.mark.s3, pytest.mark.postgres, pytest.mark.slow]
 
@@ -59,10 +58,7 @@ def project(tmp_path: Path, s3: dict[str, str], postgres_service: dict[str, str]
     (root / "jobs" / "greeting.txt").write_text("hello from version 1\n")
     _wheel(root / "dist" / "greet-1.0-py3-none-any.whl")
     prefix = f"{s3['STREAMLING_TEST_S3_BUCKET']}/tests/{unique_name}/root"
-    pg = {"host": "127.0.0.1", "port": postgres_service["STREAMLING__POSTGRES_SINK__PORT"],
-          "user": postgres_service["STREAMLING__POSTGRES_SINK__USER"],
-          "db": postgres_service["STREAMLING__POSTGRES_SINK__DB"], "sslmode": "disable",
-          "schema_name": f"runs_{unique_name}"}
+    pg = run_store(postgres_service, unique_name)
     (root / "bundle.yml").write_text(textwrap.dedent(f"""
         bundle: {{name: s3root}}
         workspace: {{root_path: "s3a://{prefix}"}}
@@ -98,19 +94,8 @@ def project(tmp_path: Path, s3: dict[str, str], postgres_service: dict[str, str]
     return root, prefix, env
 
 
-def _stop_runner(pg: Any, schema: str) -> None:
-    """SIGTERM the runner holding the lease (this machine), and wait until the lease is free."""
-    [(pid,)] = pg.execute(f"SELECT pid FROM {schema}.runner_lease").fetchall()
-    os.kill(int(pid), signal.SIGTERM)
-    wait_for(lambda: _gone(int(pid)), 30, "the runner to stop")
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_a_bundle_root_on_s3_serves_every_host(project: tuple[Path, str, dict[str, str]], s3: dict[str, str],
@@ -129,7 +114,7 @@ def test_a_bundle_root_on_s3_serves_every_host(project: tuple[Path, str, dict[st
     put = bundle(root, host_a, "secrets", "put-secret", "app", "token", stdin=f"{SECRET}\n")
     assert put.returncode == 0, put.stderr
     assert SECRET in _read(fs, f"{prefix}/secrets/app.json")
-    _stop_runner(pg, f"runs_{unique_name}")
+    stop_lease_holder(pg, unique_name)
     # The task's environment was built on host A at deploy; host B has none (same machine here: remove it).
     record = json.loads(_read(fs, f"{prefix}/deployments/1/deployment.json"))
     built_on_a = Path(record["jobs"]["hello"]["tasks"][0]["python"]).parents[1]
@@ -169,7 +154,7 @@ def test_a_bundle_root_on_s3_serves_every_host(project: tuple[Path, str, dict[st
 
     # The store goes away: a host that has the deployment keeps running its jobs from its mirror (the
     # secret from its copy), the log stays on the host, and the runner says so instead of failing.
-    _stop_runner(pg, f"runs_{unique_name}")
+    stop_lease_holder(pg, unique_name)
     cut_off = {**host_b, "STREAMLING__SPARK__CONF__spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:1"}
     ran = bundle(root, cut_off, "run", "hello")
     assert ran.returncode == 0, ran.stderr
@@ -181,7 +166,7 @@ def test_a_bundle_root_on_s3_serves_every_host(project: tuple[Path, str, dict[st
     mirror = next((tmp_path / "host-b").iterdir())
     wait_for(lambda: "stays on this host" in (mirror / "runner.log").read_text(), 30, "the runner's warning")
     assert "Traceback" not in (mirror / "runner.log").read_text()
-    _stop_runner(pg, f"runs_{unique_name}")
+    stop_lease_holder(pg, unique_name)
 
     # Wrong credentials: terminal, masked, names the setting; nothing changes.
     bad = bundle(root, {**host_a, "STREAMLING__SPARK__CONF__spark.hadoop.fs.s3a.secret.key": "wrong-key"}, "deploy")
