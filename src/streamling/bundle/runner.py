@@ -728,12 +728,15 @@ class Runner:
 
     def _pool_size(self) -> int:
         """How many pooled warm drivers the live deployment wants (``job_runner.warm_drivers``;
-        ``auto``: one on a production-mode target, none in development, as for standbys)."""
+        ``auto``: one on a production-mode target that has a task one can serve — a notebook of
+        ``%%streamling`` cells —, none in development, as for standbys)."""
         deployment = self.deployment or {}
         wanted = ((deployment.get("config") or {}).get("job_runner") or {}).get("warm_drivers", "auto")
-        if wanted == "auto":
-            return 1 if deployment.get("mode") == "production" and deployment.get("jobs") else 0
-        return int(wanted)
+        if wanted != "auto":
+            return int(wanted)
+        servable = any(t.get("kind") == "notebook" and not t.get("executes")
+                       for job in (deployment.get("jobs") or {}).values() for t in job.get("tasks") or [])
+        return 1 if deployment.get("mode") == "production" and servable else 0
 
     def _pool_key(self) -> str:
         """The target-level settings a pooled driver is warmed for: another deployment's config needs
