@@ -231,6 +231,7 @@ class Bundle:
 
     def __init__(self, workdir: Path, master: str, table: str, *, continuous: bool, rows: int,
                  standby: bool = True) -> None:
+        """``standby`` also sets ``warm_drivers``: one pooled warm driver with, none without."""
         import yaml
 
         self.dir = workdir / "bundle"
@@ -253,11 +254,25 @@ class Bundle:
                "targets": {"bench": {"default": True, "mode": "production",
                                      "workspace": {"root_path": str(self.root)},
                                      "config": {"checkpoint_interval_sec": 1, "spark": {"master": master},
-                                                "job_runner": {"standby": standby}}}}}
+                                                "job_runner": {"standby": standby,
+                                                               "warm_drivers": 1 if standby else 0}}}}}
+        self._doc = doc
         (self.dir / "bundle.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
         # The user's environment (Postgres exports, STREAMLING_CACHE_DIR); no stray bundle variables.
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith("BUNDLE_VAR_") and k != "STREAMLING_BUNDLE_ROOT"}
+
+    def add_job(self, key: str, table: str) -> None:
+        """A second continuous job writing ``table`` (the next ``deploy`` ships it)."""
+        import yaml
+
+        notebook = NOTEBOOK.format(app=f"bench_{key}_{uuid.uuid4().hex[:8]}", bound=f"rows_per_second: {RATE}",
+                                   rows_per_batch=ROWS_PER_BATCH, partitions=PARTITIONS, schema=SCHEMA, table=table,
+                                   sql=PROJECTION)
+        (self.dir / "notebooks" / f"{key}.py").write_text(notebook)
+        self._doc["resources"]["jobs"][key] = {"continuous": {}, "tasks": [{
+            "task_key": "main", "notebook_task": {"notebook_path": f"./notebooks/{key}.py"}}]}
+        (self.dir / "bundle.yml").write_text(yaml.safe_dump(self._doc, sort_keys=False))
 
     def write_notebook(self, sql: str) -> None:
         """The notebook with ``sql`` as its transform (the next ``deploy`` ships it)."""
@@ -376,16 +391,32 @@ def kill_and_recover(bundle: Bundle, table: Table, standby: bool) -> dict[str, A
     return out
 
 
+def deploy_new_job(bundle: Bundle, table: Table, pooled: bool) -> dict[str, Any]:
+    """A second continuous job, writing ``table``, deployed while the first runs: deploy → its first
+    row in Postgres, started in the pooled warm driver (once it is ready) when ``pooled``, else in a
+    cold driver."""
+    if pooled:
+        _poll(functools.partial(_ready_standby, bundle.root, True), WAIT_SECS, "the pooled warm driver")
+    bundle.add_job("second", table.name)
+    t0 = time.time()
+    bundle.must("deploy")
+    _poll(lambda: table.max_id() is not None, WAIT_SECS, "the new job's first row")
+    first = time.time() - t0
+    log(f"    new job deployed → first row {first:.1f}s ({'pooled warm driver' if pooled else 'cold driver'})")
+    return {"new_job_first_row_s": first}
+
+
 def _ready_standby(root: Path, pooled: bool = False) -> int | None:
-    """The pid of the warm standby (or, ``pooled``, of a pooled warm driver) that is ready for the
-    live deployment, if any."""
+    """The pid of the warm standby that is ready for the live deployment (or, ``pooled``, of a ready
+    pooled warm driver: it is warmed for the target's settings, whichever deployment started it)."""
     version = (root / "current").read_text().strip()
     for ready in (root / "logs" / "standby").glob("*.go.ready"):
         if ready.name.startswith("_pool.") != pooled:
             continue
         try:
             text = ready.with_name(ready.name.replace(".go.ready", ".log")).read_text()
-            if f"(deployment {version}) ready in" in text:
+            if (pooled and " ready in " in text and process_alive(int(ready.read_text()))) or \
+                    f"(deployment {version}) ready in" in text:
                 return int(ready.read_text())
         except (OSError, ValueError):
             continue
@@ -397,7 +428,7 @@ def continuous_run(master: str, conninfo: str, cluster_ui: str | None, kill: boo
     """deploy → first row; redeploys → first new rows; SIGKILL the driver → first row of the new
     attempt (unless ``kill`` is False; in the warm standby unless ``standby`` is False); destroy;
     check the ids."""
-    table = Table(conninfo, f"bj_{uuid.uuid4().hex[:10]}")
+    table, second = Table(conninfo, f"bj_{uuid.uuid4().hex[:10]}"), Table(conninfo, f"bj_{uuid.uuid4().hex[:10]}")
     out: dict[str, Any] = {"cluster": _cluster_busy(cluster_ui)} if cluster_ui else {}
     with tempfile.TemporaryDirectory(prefix="streamling-bench-bundle-") as tmp:
         bundle = Bundle(Path(tmp), master, table.name, continuous=True, rows=ROWS_PER_BATCH, standby=standby)
@@ -414,12 +445,18 @@ def continuous_run(master: str, conninfo: str, cluster_ui: str | None, kill: boo
             out["redeploys"] = redeploys(bundle, table)
             if kill:
                 out.update(kill_and_recover(bundle, table, standby))
+            if master.startswith("local"):
+                # On a standalone cluster the running job's application holds every core
+                # (spark.cores.max unset): a second one would get no executor until it ends.
+                out.update(deploy_new_job(bundle, second, standby))
             out["attempt_states"] = [a["state"] for a in bundle.attempts()]
             time.sleep(2.0)  # a few epochs of the running attempt before the stop
         finally:
             out["destroy_s"] = bundle.destroy()
             out.update(table.check_and_drop())
+            out["new_job_missing_ids"] = second.check_and_drop()["missing_ids"]
             table.close()
+            second.close()
     log(f"    ids 0..{out['max_id']}: {out['table_rows']:,} rows, {out['missing_ids']} missing; "
         f"attempts {out.get('attempt_states')}")
     return out
@@ -614,6 +651,10 @@ def summarize(params: dict[str, Any], sides: dict[str, Side], notes: list[str]) 
             "driver SIGKILL → new row (no standby: cold driver)": (sides[f"{name}_continuous_cold"].median(
                 "recovery_s"), "s"),
             "standby: driver memory (RSS of the idle driver and its JVM)": (cont.median("standby_rss_mb"), "MB"),
+            "new job deployed beside it → its first row (pooled warm driver)": (cont.median("new_job_first_row_s"),
+                                                                                  "s"),
+            "new job deployed beside it → its first row (cold driver)": (
+                sides[f"{name}_continuous_cold"].median("new_job_first_row_s"), "s"),
             "ids missing after kill + destroy (all runs)": (float(sum(r["missing_ids"] for r in cont.runs)), "ids"),
             "bundle run: epochs rows/s": (job.median("rows_per_s"), "rows/s"),
             "hand-written: epochs rows/s": (hw.median("rows_per_s"), "rows/s"),
