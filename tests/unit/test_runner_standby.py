@@ -147,3 +147,23 @@ def test_one_pooled_warm_driver_is_kept_for_the_target_and_replaced_when_its_set
             standby.proc.kill()
             standby.proc.wait()
         runner.store.close()
+
+
+def test_a_pooled_driver_that_cannot_warm_up_is_named_with_its_log_and_retried_after_a_back_off(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    runner = _runner(tmp_path)
+    started = _fake(runner, tmp_path, "exit 2")  # e.g. a target config its session cannot start with
+    now = time.time()
+    runner._keep_pool(now)
+    started[0].proc.wait()
+    assert runner._take_pooled(RECORD, sys.executable) is None  # dead: the task starts cold
+    with caplog.at_level(logging.WARNING, logger="streamling.bundle.runner"):
+        runner._keep_pool(now + 0.1)
+    assert f"a pooled warm driver exited (code 2) before it was needed; see {started[0].log_path}" in caplog.text
+    assert runner.pool == [] and len(started) == 1  # not again before the back-off
+    runner._keep_pool(now + 6)
+    assert len(started) == 2
+    for standby in started:
+        standby.proc.kill()
+        standby.proc.wait()
+    runner.store.close()

@@ -163,6 +163,15 @@ class Standby:
             path.unlink(missing_ok=True)
 
 
+def _died(driver: Standby, code: int, failures: int, now: float, what: str) -> tuple[int, float]:
+    """A warm driver (standby or pooled) that exited before it was needed: said once with its log
+    (which stays: it says why), and the next one not before a back-off that doubles per failure
+    (5 s up to 5 min). Returns the failures so far and the time the next may start."""
+    Path(f"{driver.go_file}.ready").unlink(missing_ok=True)
+    log.warning("%s exited (code %s) before it was needed; see %s", what, code, driver.log_path)
+    return failures + 1, now + min(300.0, 5.0 * 2 ** failures)
+
+
 def pool_state(ws: Workspace) -> list[str]:
     """What ``bundle summary`` says of the target's pooled warm drivers on this host
     (``job_runner.warm_drivers``): one ``ready (pid, memory)`` or ``warming up`` each."""
@@ -673,11 +682,8 @@ class Runner:
             code = standby.proc.poll()
             if code is not None:
                 del self.standbys[key]
-                Path(f"{standby.go_file}.ready").unlink(missing_ok=True)  # its log stays: it says why
-                failures = self._standby_retry.get(key, (0, 0.0))[0] + 1
-                self._standby_retry[key] = (failures, now + min(300.0, 5.0 * 2 ** (failures - 1)))
-                log.warning("job '%s' task '%s': its warm standby driver exited (code %s) before it was needed; see "
-                            "%s", key[0], key[1], code, standby.log_path)
+                self._standby_retry[key] = _died(standby, code, self._standby_retry.get(key, (0, 0.0))[0], now,
+                                                 f"job '{key[0]}' task '{key[1]}': its warm standby driver")
             elif key not in eligible or eligible[key]["fingerprint"] != standby.fingerprint:
                 del self.standbys[key]
                 standby.release()
@@ -753,11 +759,7 @@ class Runner:
             code = driver.proc.poll()
             if code is not None:
                 self.pool.remove(driver)
-                Path(f"{driver.go_file}.ready").unlink(missing_ok=True)
-                failures = self._pool_retry[0] + 1
-                self._pool_retry = (failures, now + min(300.0, 5.0 * 2 ** (failures - 1)))
-                log.warning("a pooled warm driver exited (code %s) before it was needed; see %s", code,
-                            driver.log_path)
+                self._pool_retry = _died(driver, code, self._pool_retry[0], now, "a pooled warm driver")
             elif driver.fingerprint != key:
                 self.pool.remove(driver)
                 driver.release()
@@ -782,7 +784,8 @@ class Runner:
         first ready one, else one still warming up (sooner than a cold start)."""
         if record.get("kind") != "notebook" or record.get("executes") or python != sys.executable:
             return None
-        alive = [d for d in self.pool if d.proc.poll() is None and d.fingerprint == self._pool_key()]
+        key = self._pool_key()
+        alive = [d for d in self.pool if d.proc.poll() is None and d.fingerprint == key]
         if not alive:
             return None
         driver = next((d for d in alive if d.ready), alive[0])
