@@ -13,6 +13,7 @@ resolves differently on each host, and a local path is each host's own disk.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import posixpath
 import re
@@ -537,9 +538,9 @@ class WebHdfsStorage:
         return [f"{'https' if https else 'http'}://{a}" for a in addresses], parsed.path or "/"
 
     def _request(self, action: str, path: str, method: str, op: str, content: bytes | None = None,
-                 url: str | None = None, **params: str) -> Any:
+                 url: str | None = None, shown: str | None = None, **params: str) -> Any:
         """One WebHDFS call on ``path`` (or on ``url``, a DataNode's address the NameNode redirected
-        to), on the first NameNode that is active."""
+        to), on the first NameNode that is active; a failure names ``shown`` (default: ``path``)."""
         import httpx
 
         if self._client is None:
@@ -563,11 +564,11 @@ class WebHdfsStorage:
             if remote.startswith("StandbyException") and target != urls[-1]:
                 continue
             if remote.startswith("FileNotFoundException"):
-                raise FileNotFoundError(path)
+                raise FileNotFoundError(shown or path)
             failure, unanswered = OSError(f"HTTP {response.status_code} {remote}"), False
             break
         assert failure is not None
-        error = storage_error(failure, action, path)
+        error = storage_error(failure, action, shown or path)
         if unanswered and not url:
             error.hint = (f"check that the NameNode's WebHDFS at {' or '.join(bases)} answers from this host; if it "
                           "listens elsewhere, set spark.conf 'spark.hadoop.dfs.namenode.http-address' in the target's "
@@ -599,13 +600,20 @@ class WebHdfsStorage:
         import uuid
 
         temporary = f"{path}._streamling-{uuid.uuid4().hex[:12]}.tmp"
-        created = self._request("write", temporary, "PUT", "CREATE", overwrite="true")
+        created = self._request("write", temporary, "PUT", "CREATE", shown=path, overwrite="true")
         location = created.headers.get("location")
         if created.status_code != 307 or not location:
             raise storage_error(OSError(f"HTTP {created.status_code}: the NameNode did not name a DataNode to write "
                                         "to"), "write", path)
-        self._request("write", temporary, "PUT", "CREATE", content=data, url=location)
-        self._request("write", temporary, "PUT", "RENAME", destination=_hdfs_path(path), renameoptions="OVERWRITE")
+        try:
+            self._request("write", temporary, "PUT", "CREATE", content=data, url=location, shown=path)
+            self._request("write", temporary, "PUT", "RENAME", shown=path, destination=_hdfs_path(path),
+                          renameoptions="OVERWRITE")
+        except StreamlingError:
+            # stopped half-way: ``path`` is as it was; the partial file beside it goes (if it can)
+            with contextlib.suppress(StreamlingError, FileNotFoundError):
+                self.delete(temporary)
+            raise
 
     def write_text(self, path: str, text: str) -> None:
         self.write_bytes(path, text.encode("utf-8"))

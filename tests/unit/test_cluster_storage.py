@@ -159,3 +159,32 @@ def test_webhdfs_refuses_what_it_cannot_reach_with_the_setting_to_fix() -> None:
     with pytest.raises(StreamlingError) as info:
         storage.WebHdfsStorage({"hadoop.security.authentication": "kerberos"}).exists("hdfs://nn/r")
     assert "Kerberos" in str(info.value) and "s3a://" in (info.value.hint or "")
+
+
+def test_a_webhdfs_write_refused_half_way_leaves_the_file_as_it_was_and_says_what_to_fix() -> None:
+    import httpx
+
+    calls: list[tuple[str, str]] = []
+
+    def namenode(request: httpx.Request) -> httpx.Response:
+        op = request.url.params.get("op", "DATA")
+        calls.append((op, request.url.path))
+        if op == "CREATE":
+            return httpx.Response(307, headers={"location": "http://dn:9864/webhdfs/v1/r/current.tmp"})
+        if op == "DATA":
+            return httpx.Response(201)
+        if op == "RENAME":  # the user may write the folder's files but not replace `current`
+            return httpx.Response(403, json={"RemoteException": {
+                "exception": "AccessControlException", "message": "Permission denied: user=etl, access=WRITE"}})
+        return httpx.Response(200, json={"boolean": True})
+
+    fs = storage.WebHdfsStorage({})
+    fs._client = httpx.Client(transport=httpx.MockTransport(namenode))
+    with pytest.raises(StreamlingError) as info:
+        fs.write_text("hdfs://nn/r/current", "2\n")
+    assert info.value.code == "storage_refused" and not info.value.retriable
+    assert "cannot write hdfs://nn/r/current: " in str(info.value) and "Permission denied" in str(info.value)
+    assert "permissions" in (info.value.hint or "")
+    [(op, temporary)] = [c for c in calls if c[0] == "DELETE"]  # the partial file beside it is removed
+    assert temporary.startswith("/webhdfs/v1/r/current._streamling-") and temporary.endswith(".tmp")
+    assert ("RENAME", temporary) in calls
