@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from streamling.sources.clickhouse import ScanPlan, _spans, page_condition
+from streamling.sources.clickhouse import MAX_SPANS, ScanPlan, _spans, page_condition
 from streamling.spec.types import METADATA_KEY, from_clickhouse
 
 
@@ -45,6 +45,19 @@ def test_a_page_is_cut_into_spans_of_the_numeric_key_without_gaps_or_overlaps() 
     assert page_condition(plan, {"key": None}, None) == "(v > 0)"
     text = ScanPlan(table="`t`", select=["*"], key="`k`", numeric_key=False, where=None)
     assert _spans(text, {"key": "a"}, {"key": "z"}, 10) == [({"key": "a"}, {"key": "z"})]
+
+
+def test_a_page_of_a_sparse_key_is_read_in_a_bounded_number_of_exact_spans() -> None:
+    # A resumed position far below the next rows, or a hash key: 2**64 values between the page's
+    # ends would be ~1.8e13 spans of the default sort_key_range.
+    plan = ScanPlan(table="`t`", select=["*"], key="`k`", numeric_key=True, where=None)
+    lo, hi = 5, 2**64 + 5
+    spans = _spans(plan, {"key": lo, "inclusive": True}, {"key": hi, "inclusive": False}, 1_000_000)
+    assert len(spans) <= MAX_SPANS + 1
+    keys = [s["key"] for s, _ in spans] + [spans[-1][1]["key"]]
+    assert keys[0] == lo and keys[-1] == hi and keys == sorted(keys)
+    assert all(isinstance(k, int) for k in keys)  # integer keys stay exact (no float rounding)
+    assert all(e == nxt for (_, e), (nxt, _) in zip(spans, spans[1:], strict=False))  # no gap, no overlap
 
 
 def test_hybrid_phases_must_give_the_same_columns_and_types() -> None:

@@ -152,16 +152,27 @@ def _engine_arguments(engine_full: str, engine: str) -> list[str]:
     return [a for a in [*args, current.strip()] if a]
 
 
+#: most spans (Spark partitions, ClickHouse queries) one page is read in
+MAX_SPANS = 64
+
+
 def _spans(plan: ScanPlan, start: dict[str, Any], end: dict[str, Any], width: int) -> list[tuple[dict[str, Any],
                                                                                                  dict[str, Any]]]:
-    """A page cut into spans of at most ``width`` values of a numeric key (one span otherwise)."""
+    """A page cut into spans of at most ``width`` values of a numeric key (one span otherwise), and
+    into at most ``MAX_SPANS``: a page holds at most ``page_size`` rows, but a sparse key (epoch
+    milliseconds, hashes, a resumed position far below the next rows) can put trillions of values
+    between its ends, and a span per ``width`` of them would be a list no memory holds."""
     lo, hi = start.get("key"), end.get("key")
-    if not plan.numeric_key or hi is None or lo is None or not isinstance(lo, int | float):
+    if not plan.numeric_key or hi is None or lo is None or not isinstance(lo, int | float) \
+            or not isinstance(hi, int | float):
         return [(start, end)]
+    step_width: int | float = width
+    if hi - lo > width * MAX_SPANS:  # exact for integer keys of any width (a float would round them)
+        step_width = -(-(hi - lo) // MAX_SPANS)
     spans = []
     cursor: dict[str, Any] = start
     while True:
-        step = cursor["key"] + width - (1 if cursor.get("inclusive") else 0)
+        step = cursor["key"] + step_width - (1 if cursor.get("inclusive") else 0)
         if step >= hi:
             spans.append((cursor, end))
             return spans

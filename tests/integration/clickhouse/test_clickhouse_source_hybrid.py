@@ -112,6 +112,26 @@ def test_a_lost_checkpoint_resumes_after_the_page_the_state_backend_saved(
             "backend") in (refused.value.hint or ""), refused.value.hint
 
 
+def test_a_sparse_sort_key_is_read_in_one_page_of_a_few_spans(spark: Any, tmp_path: Path, env: dict[str, str],
+                                                                ch_client: Any, unique_name: str) -> None:
+    """Keys far apart (hashes, epoch milliseconds, a resumed position far below the next rows) put
+    ~9e18 key values in one page: cut by the default sort_key_range that was 9e12 spans, and the
+    driver grew until it died. Every row arrives once."""
+    keys = [1, 10**12, 2**63 + 7]
+    ch_client.command(f"CREATE TABLE {unique_name} (k UInt64, v String) ENGINE = MergeTree ORDER BY k")
+    ch_client.command(f"INSERT INTO {unique_name} VALUES " + ", ".join(f"({k}, 'v{k}')" for k in keys))
+    pipeline = f"""
+        sources:
+          hist: {{type: clickhouse, table_name: {unique_name}}}
+        transforms: {{}}
+        sinks:
+          out: {{type: blackhole, from: hist}}
+    """
+    runner = Runner(spark, tmp_path, env)
+    runner.run(pipeline)
+    assert runner.input_rows() == len(keys)
+
+
 def _producer(bootstrap: str, admin: Any, topic: str) -> Any:
     from confluent_kafka import Producer
     from confluent_kafka.admin import NewTopic
