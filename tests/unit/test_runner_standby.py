@@ -167,3 +167,13 @@ def test_a_pooled_driver_that_cannot_warm_up_is_named_with_its_log_and_retried_a
         standby.proc.kill()
         standby.proc.wait()
     runner.store.close()
+
+
+def test_a_continuous_jobs_first_failure_restarts_at_once_and_later_ones_back_off() -> None:
+    from streamling.bundle.runner import continuous_backoff
+
+    # a killed driver is replaced at once (by its warm standby); a crash loop backs off, doubling
+    assert [continuous_backoff(n, 0.0) for n in range(6)] == [0.0, 0.0, 1.0, 2.0, 4.0, 8.0]
+    assert continuous_backoff(30, 0.0) == 300.0
+    # an interval the job asks for (min_retry_interval_millis) applies from the first failure
+    assert [continuous_backoff(n, 5.0) for n in range(4)] == [0.0, 5.0, 10.0, 20.0]

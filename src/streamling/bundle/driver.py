@@ -726,11 +726,12 @@ class Standby:
 
     It prepares everything the task's deployment fixes, then only waits: it runs no query, opens no sink
     and touches no checkpoint until the runner, having seen the active driver end, writes the go file
-    (the attempt to run, as JSON). On a local master it holds a SparkSession; on a cluster only the
-    driver JVM (``prelaunch``): a SparkContext would register an application with the master and could
-    take executors the active driver needs, so it is made at takeover. It leaves when asked (SIGTERM:
-    the task's definition changed, or it is no longer needed) or when its runner is gone (the pipe the
-    runner holds on its stdin ends).
+    (the attempt to run, as JSON). On a local master it holds a SparkSession. On a cluster it holds an
+    application registered with the master but without executors (``idle_conf``: the cores are the
+    active driver's), and claims them as it takes over, while its query is planned; where the job's
+    Spark settings choose the executors themselves, only the driver JVM (``prelaunch``). It leaves
+    when asked (SIGTERM: the task's definition changed, or it is no longer needed) or when its
+    runner is gone (the pipe the runner holds on its stdin ends).
 
     Started without a job and task it is a **pooled** warm driver (``job_runner.warm_drivers``): warmed
     for the target's settings, it takes whichever notebook task the runner starts next without a
@@ -746,8 +747,9 @@ class Standby:
         self.job: str | None = args.job
         self.task: str | None = args.task
 
-    def _warm_for(self) -> tuple[Settings, bool, str]:
-        """The settings and UI flag to warm the session for, and what the log calls this driver."""
+    def _warm_for(self) -> tuple[Settings, bool, str, Any]:
+        """The settings and UI flag to warm the session for, what the log calls this driver, and the
+        task's plan (None for a pooled driver)."""
         from streamling.bundle.workspace import Workspace
         from streamling.plugins.discovery import load_plugins
         from streamling.plugins.host import check_configured_plugins
@@ -755,13 +757,13 @@ class Standby:
 
         ws = Workspace(str(self.root))
         if self.job is None or self.task is None:
-            return target_settings(ws, self.version), True, "pooled warm driver"
+            return target_settings(ws, self.version), True, "pooled warm driver", None
         definition = _definition(ws, self.version, self.job, self.task, {})
         os.chdir(definition.cwd)
         load_plugins(definition.settings.plugin.path)
         check_configured_plugins(definition.settings)
         plan = build_plan(definition.spec, definition.settings, dry_run=True)
-        return definition.settings, not plan.bounded, f"warm standby for job '{self.job}' task '{self.task}'"
+        return definition.settings, not plan.bounded, f"warm standby for job '{self.job}' task '{self.task}'", plan
 
     def wait(self) -> dict[str, Any] | None:
         """Warm up, then the attempt to run once the go file appears; None when released first."""
@@ -769,7 +771,7 @@ class Standby:
         import threading
         import time
 
-        from streamling.runtime.session import build_session, prelaunch, session_key
+        from streamling.runtime.session import build_session, claim_executors, idle_conf, prelaunch, session_key
 
         parent, released, ready, started = os.getppid(), threading.Event(), threading.Event(), time.monotonic()
 
@@ -781,20 +783,29 @@ class Standby:
         signal.signal(signal.SIGTERM, on_term)
         threading.Thread(target=leave_with_runner, args=(self.go, parent), name="streamling-standby-watch",
                          daemon=True).start()
-        settings, ui, role = self._warm_for()
-        spark = None
+        settings, ui, role, plan = self._warm_for()
+        spark, idle, holds = None, False, "a SparkSession"
         if settings.spark.master.startswith("local"):
             spark = build_session(settings, ui=ui)
             # the first job's one-time costs (code generation, the executor's first task) paid now
             spark.range(1).count()
+        elif idle_conf(settings) is not None:
+            # On a cluster its application registers with the master but holds no executor until
+            # it takes over (they would be cores the active driver may need): the query planner
+            # is warmed without running a job.
+            spark, idle, holds = build_session(settings, ui=ui, idle=True), True, "an application without executors"
         else:
-            # On a cluster a SparkContext would be an application of its own, holding executors the
-            # active driver may need: the JVM only, its context made when the standby takes over.
+            # The job's Spark settings choose its executors (dynamic allocation or a number): an
+            # application registered now could hold some, so the JVM only; its context is made
+            # when the standby takes over.
             prelaunch(settings, ui=ui)
+            holds = "a driver JVM without a SparkContext (spark.conf chooses the executors)"
+        if spark is not None and plan is not None:
+            self._analyze(plan, spark)
         ready.set()
         Path(f"{self.go}.ready").write_text(str(os.getpid()))
-        log.info("%s (deployment %d) ready in %.1fs: it runs nothing until the runner hands it an attempt", role,
-                 self.version, time.monotonic() - started)
+        log.info("%s (deployment %d) ready in %.1fs with %s: it runs nothing until the runner hands it an attempt",
+                 role, self.version, time.monotonic() - started, holds)
         while not self.go.exists():
             if released.is_set() or os.getppid() != parent:
                 log.info("warm standby released (%s)", "asked to stop" if released.is_set() else "its runner is gone")
@@ -808,11 +819,26 @@ class Standby:
             self.job, self.task = str(attempt["job"]), str(attempt["task"])
             if self._session_key(attempt) != session_key(settings):
                 self._start_cold(attempt)
+        if idle and spark is not None:
+            claim_executors(spark)  # they start while the task plans its query
         log.info("%s takes over: run %s, attempt %s of task '%s' (deployment %s), %.1fs after it started",
                  "warm standby" if role.startswith("warm standby") else role,
                  (attempt.get("context") and json.loads(attempt["context"]).get("run_id")), attempt["attempt"],
                  self.task, attempt["deployment"], time.monotonic() - started)
         return attempt
+
+    @staticmethod
+    def _analyze(plan: Any, spark: Any) -> None:
+        """Analyse the task's pipeline on Spark as ``--validate`` does (no query, no sink, no
+        checkpoint): the classes its sources and transforms need are loaded now, not at takeover.
+        A pipeline that does not analyse fails in the attempt, which says why."""
+        from streamling.runtime.planner import analyze
+
+        try:
+            analyze(plan, spark)
+        except Exception as exc:  # noqa: BLE001 - reported by the attempt that runs it
+            log.info("warm standby: the pipeline does not analyse yet (%s); the attempt will say why",
+                     first_line(exc))
 
     def _session_key(self, attempt: dict[str, Any]) -> str | None:
         """The session the attempt's task needs (``session_key``), or None when it cannot be told here

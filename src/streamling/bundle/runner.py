@@ -60,6 +60,8 @@ STOP_GRACE_SECS = 40.0
 IDLE_EXIT_SECS = 15.0
 PERIOD_UNIT_SECS = {"MINUTES": 60, "HOURS": 3600, "DAYS": 86400, "WEEKS": 604800}
 CONTINUOUS_BACKOFF_MAX_SECS = 300.0
+CONTINUOUS_BACKOFF_MIN_SECS = 1.0
+
 #: a driver younger than this that has not committed an epoch is still starting: no warm driver is
 #: started beside it (two JVM starts on the same cores slow both)
 STARTING_SECS = 60.0
@@ -73,6 +75,19 @@ REMOTE_POLL_SECS = 1.0
 #: the run parameters of a for-each iteration that hold its input and its index (not job parameters)
 ITERATION_INPUT = "__input"
 ITERATION_INDEX = "__iteration"
+
+
+def continuous_backoff(failures: int, asked_secs: float) -> float:
+    """Seconds before a continuous job's next run after ``failures`` consecutive failed runs.
+
+    As Databricks does, a single failure restarts at once (a killed driver is replaced by its warm
+    standby without waiting) and the back-off only starts on the second one in a row: from the
+    tasks' ``min_retry_interval_millis`` (at least 1 s), doubling, at most 5 min. A job asking for
+    an interval gets it after its first failure too."""
+    if failures == 0 or (failures == 1 and asked_secs <= 0):
+        return 0.0
+    base = max(CONTINUOUS_BACKOFF_MIN_SECS, asked_secs)
+    return min(CONTINUOUS_BACKOFF_MAX_SECS, base * 2 ** max(0, failures - 2 if asked_secs <= 0 else failures - 1))
 
 
 @dataclass
@@ -1145,9 +1160,8 @@ class Runner:
         if run.trigger == "continuous":
             job_state = self.store.job_state(run.job_key)
             failures = (int(job_state["failures"]) if job_state else 0) + 1 if state == "failed" else 0
-            base = max(1.0, min((int(t.get("min_retry_interval_millis") or 0) for t in job["tasks"]), default=0)
-                       / 1000)
-            delay = min(CONTINUOUS_BACKOFF_MAX_SECS, base * 2 ** (failures - 1)) if failures else 0.0
+            asked = min((int(t.get("min_retry_interval_millis") or 0) for t in job["tasks"]), default=0) / 1000
+            delay = continuous_backoff(failures, asked)
             self.store.set_job_state(run.job_key, failures=failures, not_before=time.time() + delay)
 
     # --- notifications -------------------------------------------------------------------------------

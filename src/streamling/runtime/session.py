@@ -180,13 +180,14 @@ def _executor_python() -> str:
 
 
 def build_session(settings: Settings, app_name: str = "streamling", ui: bool = False,
-                  java_options: str = "") -> SparkSession:
+                  java_options: str = "", idle: bool = False) -> SparkSession:
     """Create (or reuse) the process's SparkSession configured for streamling.
 
     ``ui`` turns Spark's web UI on (its Structured Streaming tab shows every query's progress) on
     the first free port from 4040, for long-running jobs; ``spark.conf`` can still set
     ``spark.ui.enabled`` either way. ``java_options`` are added to the driver JVM's (when this
-    process launches it)."""
+    process launches it). ``idle``: a cluster application that holds no executor until
+    ``claim_executors`` (``idle_conf``; a standby driver's)."""
     global _prelaunched
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -197,6 +198,8 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
         return active
     builder, shipped = _configure(settings, app_name, ui, java_options,
                                   first_launch=SparkContext._gateway is None or _prelaunched)
+    for key, value in (idle_conf(settings) or {}).items() if idle else ():
+        builder = builder.config(key, value)
 
     def launch() -> SparkSession:
         _own_session_gateway(builder)
@@ -213,6 +216,40 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
         log.info("Spark UI (Structured Streaming tab) on %s", spark.sparkContext.uiWebUrl)
     _apply_runtime_settings(spark, settings)
     return spark
+
+
+#: executors an idle application asks for when it is claimed: as many as the master will give (an
+#: application without ``spark.cores.max`` takes every free core; the master caps it at its workers)
+CLAIM_EXECUTORS = 1024
+#: idle executors are never given back (a streaming job's executors wait between epochs)
+_NEVER_IDLE = "3650d"
+
+
+def idle_conf(settings: Settings) -> dict[str, str] | None:
+    """Spark settings under which a cluster application registers with no executor and takes
+    them when claimed (``claim_executors``), or None where that cannot be done without changing
+    what the job's executors are: a local master, or Spark settings that already choose the number
+    of executors (dynamic allocation or ``spark.executor.instances``).
+
+    A standalone master gives an application executors when it registers, unless dynamic
+    allocation starts it at zero; nothing asks for more until ``claim_executors``, and with an idle
+    timeout that never ends and shuffle tracking, the executors it then gets stay as a static
+    application's would."""
+    conf = settings.spark.conf
+    if settings.spark.master.startswith("local") or "spark.executor.instances" in conf or any(
+            key.startswith("spark.dynamicAllocation.") for key in conf):
+        return None
+    return {"spark.dynamicAllocation.enabled": "true",
+            "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+            "spark.dynamicAllocation.minExecutors": "0",
+            "spark.dynamicAllocation.initialExecutors": "0",
+            "spark.dynamicAllocation.executorIdleTimeout": _NEVER_IDLE}
+
+
+def claim_executors(spark: SparkSession) -> None:
+    """Ask the master of an idle application (``build_session(idle=True)``) for its executors now,
+    before the first query needs them: they start while the driver plans the query."""
+    spark.sparkContext._jsc.sc().requestExecutors(CLAIM_EXECUTORS)
 
 
 #: this process's driver JVM was launched by ``prelaunch``, for the session ``build_session`` makes next

@@ -47,10 +47,10 @@ def env(tmp_path: Path, pg_environ: dict[str, str], kafka_service: dict[str, str
     bundle(ROOT, environ, "destroy", "--auto-approve")
 
 
-def _applications(two_hosts: dict[str, str]) -> int:
-    """Applications the cluster's master runs now (its web UI's JSON)."""
+def _cores_by_application(two_hosts: dict[str, str]) -> list[int]:
+    """The cores of each application the cluster's master runs now (its web UI's JSON), most first."""
     with urllib.request.urlopen(f"{two_hosts['STREAMLING_TEST_MULTIHOST_MASTER_UI']}/json/", timeout=10) as r:
-        return len(json.loads(r.read())["activeapps"])
+        return sorted((int(app["cores"]) for app in json.loads(r.read())["activeapps"]), reverse=True)
 
 
 def _count(pg: Any, table: str) -> int:
@@ -79,11 +79,13 @@ def test_repo_bundle_on_two_hosts_loses_a_worker_and_the_driver_and_loses_nothin
     more = [("c", i, f"c{i}", 100.0 + i, "paid") for i in range(100, 2100)]
     produce_orders(bootstrap, registry, unique_topic, more[:1000])
     wait_for(lambda: _count(pg, unique_name) > 3, 120, "the second batch to start arriving")
-    # A production target keeps a warm standby driver: on a cluster its JVM only, so the master runs
-    # one application (the active driver's) while it waits.
+    # A production target keeps a warm standby driver: on a cluster its application is registered
+    # but holds no core while it waits (they are all the active driver's), and so does the target's
+    # pooled warm driver.
     root = Path(env["BUNDLE_VAR_root_path"])
-    standby = wait_for(lambda: ready_standby(root, 1), 240, "the warm standby (a driver JVM without a context)")
-    assert _applications(two_hosts) == 1
+    standby = wait_for(lambda: ready_standby(root, 1), 240, "the warm standby (an application without executors)")
+    cores = _cores_by_application(two_hosts)
+    assert cores[0] > 0 and cores[1:] and set(cores[1:]) == {0}, cores
     worker_b = Path(two_hosts["STREAMLING_TEST_MULTIHOST_WORKER_B_PIDFILE"])
     try:
         os.kill(int(worker_b.read_text()), signal.SIGKILL)
@@ -100,5 +102,5 @@ def test_repo_bundle_on_two_hosts_loses_a_worker_and_the_driver_and_loses_nothin
     history = attempts(ROOT, env, "-t", "cluster", "kafka_to_postgres")
     states = [a["state"] for a in history]
     assert states[0] == "failed" and states[-1] == "running", states
-    # the standby took the attempt: it made its SparkContext then, on the JVM it had started
+    # the standby took the attempt and claimed its executors then
     assert history[1]["pid"] == standby and "warm standby takes over" in Path(history[1]["log_path"]).read_text()
