@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from streamling.bundle.model import Bundle, find_bundle_root, load_bundle
+from streamling.bundle.loading import load_bundle
+from streamling.bundle.model import Bundle, find_bundle_root
 from streamling.errors import StreamlingError, ValidationError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "bundles"
@@ -270,7 +271,7 @@ resources:
 
 def test_loading_a_bundle_does_not_import_pyspark() -> None:
     """``bundle validate`` stays fast and JVM-free: checked in a fresh interpreter."""
-    code = ("import sys; from pathlib import Path; from streamling.bundle.model import load_bundle; "
+    code = ("import sys; from pathlib import Path; from streamling.bundle.loading import load_bundle; "
             f"load_bundle(Path({str(VALID)!r}), environ={{}}, user='alice'); "
             "assert 'pyspark' not in sys.modules, 'pyspark was imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamling.bundle.model import load_bundle
+from streamling.bundle.loading import load_bundle
 from streamling.bundle.references import RunContext, check, resolve
 from streamling.errors import StreamlingError, ValidationError
 from streamling.notebook.dbutils import TASK_VALUES_ENV, TASK_VALUES_FILE_ENV, TaskValues

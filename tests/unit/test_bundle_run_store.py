@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamling.bundle.model import load_bundle
+from streamling.bundle.loading import load_bundle
 from streamling.bundle.workspace import Workspace
 from streamling.config.settings import JobRunnerSettings
 from streamling.errors import StreamlingError

@@ -110,7 +110,7 @@ def test_deployment_defaults_sit_under_the_config_file_and_the_environment(tmp_p
 def test_a_continuous_task_that_would_start_over_on_each_driver_start_is_warned(
         tmp_path: Path, config: str, warned: bool) -> None:
     from streamling.bundle.deploy import build
-    from streamling.bundle.model import load_bundle
+    from streamling.bundle.loading import load_bundle
 
     shutil.copy(ROOT / "fixtures" / "notebooks" / "orders_job.ipynb", tmp_path / "job.ipynb")
     (tmp_path / "bundle.yml").write_text(f"""

@@ -17,7 +17,7 @@ from streamling.sinks.kafka import KafkaSink
 from streamling.sources.hybrid import HybridSource
 from streamling.sources.kafka import KafkaSource
 from streamling.spec import PipelineSpec, parse_pipeline
-from streamling.spec.kafka_checks import filter_column_problem
+from streamling.spec.sql import filter_column_problem
 
 
 def _parse(text: str) -> PipelineSpec:

@@ -1,6 +1,10 @@
 """Bundles: ``bundle.yml`` (Databricks Asset Bundle conventions) deploys notebooks as supervised jobs.
 
-- ``model``    bundle.yml (+ ``include``) → a resolved, validated ``Bundle`` for one target (no Spark).
+- ``model``    what a bundle resolves to for one target: the ``Bundle`` and its jobs, tasks, pipelines (no Spark).
+- ``loading``  bundle.yml (+ ``include``, targets) → that ``Bundle``, every problem reported at once; the
+               keys it knows are ``schema``'s, ``${…}`` is ``variables``', and ``builder``, ``jobs``,
+               ``tasks`` and ``pipelines`` check each value as they build the resources.
+- ``references`` the ``{{job.parameters.x}}``… a task reads when it starts: checked at load, filled per run.
 - ``compile``  a notebook (.ipynb or Databricks source .py) → the pipeline its ``%%streamling`` cells build.
 - ``deploy``   validate everything, then write an immutable, versioned deployment under the target root.
 - ``store``    runs, attempts, requests and notifications in one durable SQLite file.

@@ -82,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _bundle(args: argparse.Namespace) -> Any:
-    from streamling.bundle.model import find_bundle_root, load_bundle
+    from streamling.bundle.loading import load_bundle
+    from streamling.bundle.model import find_bundle_root
 
     root = Path(os.environ.get("STREAMLING_BUNDLE_ROOT") or find_bundle_root(Path.cwd()))
     return load_bundle(root, target=args.target, variables=_kv(args.var, "--var"))

@@ -28,10 +28,15 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from streamling.bundle.model import PAYLOADS
+from streamling.bundle.tree import as_dict, as_list
 from streamling.errors import StreamlingError
 from streamling.util import did_you_mean
+
+if TYPE_CHECKING:
+    from streamling.bundle.model import Task
 
 REFERENCE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 _START_PARTS = ("iso_date", "iso_datetime", "year", "month", "day", "hour", "minute", "second", "timestamp_ms",
@@ -99,6 +104,50 @@ def check(text: str, job_parameters: Iterable[str], upstream: Iterable[str] = ()
                         f"valid: {', '.join('{{' + n + '}}' for n in _NAMES[:11])}, {{{{job.start_time.<part>}}}}, "
                         "{{job.parameters.<name>}}")
     return problems
+
+
+def job_problems(path: str, raw_tasks: Any, raw_parameters: Any, parameters: Mapping[str, str],
+                 tasks: list[Task]) -> list[tuple[str, str]]:
+    """Each reference a job's parameter defaults and its tasks' parameters hold (at ``path``, the job's
+    YAML path) that ``check`` finds cannot be filled in, as (YAML path, problem): what the bundle
+    validation reports before anything runs."""
+    deps = {t.key: t.depends_on for t in tasks}
+
+    def upstream(key: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(deps.get(key, []))
+        while todo:
+            dep = todo.pop()
+            if dep not in seen:
+                seen.add(dep)
+                todo.extend(deps.get(dep, []))
+        return seen
+
+    places: list[tuple[str, Any, set[str], bool]] = [
+        (f"{path}.parameters.{i}.default", as_dict(item).get("default"), set(), False)
+        for i, item in enumerate(as_list(raw_parameters))]
+
+    def add_places(where: str, item: Any, before: set[str], in_loop: bool) -> None:
+        """The texts of a task that may hold references (``{{input}}`` only in a for-each's task)."""
+        for kind in PAYLOADS:
+            spec = as_dict(as_dict(item).get(kind))
+            if kind == "for_each_task" and spec:
+                places.append((f"{where}.{kind}.inputs", spec.get("inputs"), before, False))
+                add_places(f"{where}.{kind}.task", spec.get("task"), before, True)
+                continue
+            named = as_dict(spec.get("parameters"))  # a SQL task's parameters are named
+            texts = [*(("base_parameters", k, v) for k, v in as_dict(spec.get("base_parameters")).items()),
+                     *(("parameters", k, v) for k, v in (named.items() if named else
+                                                         enumerate(as_list(spec.get("parameters"))))),
+                     *(("named_parameters", k, v) for k, v in as_dict(spec.get("named_parameters")).items()),
+                     *(("job_parameters", k, v) for k, v in as_dict(spec.get("job_parameters")).items())]
+            places.extend((f"{where}.{kind}.{group}.{k}", v, before, in_loop) for group, k, v in texts)
+            places.extend((f"{where}.{kind}.{side}", spec.get(side), before, in_loop) for side in ("left", "right"))
+
+    for i, item in enumerate(as_list(raw_tasks)):
+        add_places(f"{path}.tasks.{i}", item, upstream(str(as_dict(item).get("task_key"))), False)
+    return [(where, problem) for where, value, before, in_loop in places if isinstance(value, str)
+            for problem in check(value, parameters, sorted(before), iteration=in_loop)]
 
 
 def resolve(text: str, context: RunContext, job_parameters: Mapping[str, str]) -> str:

@@ -19,7 +19,7 @@ from streamling.config import Settings
 from streamling.config.settings import normalize_backend
 from streamling.errors import StreamlingError, ValidationError
 from streamling.runtime.nodes import Node, NodeContext, Sink, Source, Transform
-from streamling.spec.nodes import DynamicTableTransformOptions, parse_key
+from streamling.spec.nodes import parse_key
 from streamling.spec.pipeline import NodeSpec, PipelineSpec
 from streamling.util import did_you_mean
 
@@ -136,8 +136,8 @@ def effective_keys(spec: PipelineSpec, known: dict[str, list[str]] | None = None
     its first keyed upstream."""
     keys: dict[str, list[str]] = {}
     for node in spec.topological():
-        if isinstance(node.options, DynamicTableTransformOptions):
-            keys[node.name] = []  # a set of values, not rows of its input
+        if not node.options.produces_rows:
+            keys[node.name] = []  # e.g. a dynamic table: a set of values, not rows of its input
             continue
         own = parse_key(node.options.primary_key) or (known or {}).get(node.name, [])
         if not own:

@@ -71,7 +71,7 @@ class KafkaSink(Sink[KafkaSinkOptions]):
     def missing_key_error(self) -> StreamlingError:
         # Streamling's own words, without the node prefix: scripts grep for them
         return StreamlingError(f"kafka sink '{self.name}' requires a primary key", code="primary_key_required",
-                               hint=f"set primary_key on the sink or on a node upstream; {self.primary_key_reason}")
+                               hint=KafkaSinkOptions.primary_key_required)
 
     @property
     def key(self) -> list[str]:

@@ -24,12 +24,24 @@ from pydantic import (
 from pydantic_core import InitErrorDetails
 
 from streamling.spec.types import check_type_names
-from streamling.util import csv_list
+from streamling.util import csv_list, parse_duration_secs
 
 LABEL_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 RESERVED_LABELS = {"id", "topology_node_type", "operator_type", "service_instance_id"}
 MAX_LABELS = 20
 MAX_LABEL_VALUE_BYTES = 256
+#: the columns ``include_metadata`` adds to a Kafka source's rows
+METADATA_COLUMNS = ["_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key"]
+
+
+@dataclass(frozen=True)
+class OptionProblem:
+    """What a node's options find wrong in themselves (``NodeOptions.option_problems``): the key path
+    below the node (``batch_flush_interval``, ``unbounded_source.filter``), the message, what to do."""
+
+    path: str
+    message: str
+    hint: str | None = None
 
 
 class EventTime(BaseModel):
@@ -71,8 +83,31 @@ class NodeOptions(BaseModel):
             return ",".join(str(v) for v in value)
         return value
 
+    #: The hint when a node of this type has no primary key, its own or inherited, which it cannot
+    #: run without (validation reports it at the node); None: it runs without one.
+    primary_key_required: ClassVar[str | None] = None
+    #: False for a node whose output is not rows of its input (a dynamic table is a set of values):
+    #: it has no primary key to pass on and needs no consumer.
+    produces_rows: ClassVar[bool] = True
+
     def key_columns(self) -> list[str]:
         return parse_key(self.primary_key)
+
+    def key_from_registry(self) -> bool:
+        """True when, without a ``primary_key``, the node may still learn one once it runs (an Avro
+        Kafka source: from the registered record's ``doc``), so validation cannot say it has none."""
+        return False
+
+    def predicates(self) -> dict[str, str]:
+        """The boolean expressions in Streamling's SQL that this node evaluates over its rows, by key
+        path (a source's ``filter``): validation checks that each one translates to Spark SQL."""
+        return {}
+
+    def option_problems(self) -> list[OptionProblem]:
+        """What keeps these options from running that needs no other node, broker or registry to
+        tell; validation reports each at its key once the pipeline's graph is sound. Each type
+        answers for its own keys."""
+        return []
 
 
 class Expectation(BaseModel):
@@ -183,6 +218,32 @@ class KafkaReadKeys(BaseModel):
     skip_schema_resolution: bool = False
     skip_schema_resolution_for_reader_schema_ids: list[int] | None = None
 
+    def declared_columns(self) -> list[str]:
+        """The rows a JSON topic yields: its declared schema, ``_gs_op`` and the metadata columns."""
+        from streamling.spec.sql import GS_OP
+
+        return [*(self.schema_ or {}), GS_OP, *(METADATA_COLUMNS if self.include_metadata else [])]
+
+    def read_problems(self, prefix: str) -> list[OptionProblem]:
+        """``schema_id_overrides`` names each writer id once, and a ``filter`` over a declared JSON
+        ``schema`` names only its columns (``prefix``: where these keys are below the node)."""
+        from streamling.spec.sql import filter_column_problem
+
+        problems: list[OptionProblem] = []
+        seen: set[int] = set()
+        for override in self.schema_id_overrides or []:
+            if override.from_ in seen:  # Streamling refuses it too: which target would win is undefined
+                problems.append(OptionProblem(f"{prefix}schema_id_overrides", "schema_id_overrides lists "
+                                              f"'from: {override.from_}' twice",
+                                              "keep one override per writer schema id"))
+            seen.add(override.from_)
+        if self.filter and self.schema_:
+            problem = filter_column_problem(self.filter, self.declared_columns())
+            if problem:
+                problems.append(OptionProblem(f"{prefix}filter", f"filter fails: {problem}",
+                                              "fix the column name in 'filter'"))
+        return problems
+
 
 class KafkaSourceOptions(NodeOptions, KafkaReadKeys):
     """Streamling's Kafka source keys. Decoding (Avro via the registry, or JSON) runs in the JVM."""
@@ -207,6 +268,15 @@ class KafkaSourceOptions(NodeOptions, KafkaReadKeys):
         if self.data_format == "avro" and self.schema_:
             raise ValueError("'schema' is only for data_format: json; Avro schemas come from the schema registry")
         return self
+
+    def key_from_registry(self) -> bool:
+        return self.data_format == "avro"  # the record's doc may name primaryKeys
+
+    def predicates(self) -> dict[str, str]:
+        return {"filter": self.filter} if self.filter else {}
+
+    def option_problems(self) -> list[OptionProblem]:
+        return self.read_problems("")
 
 
 class ClickHouseSourceOptions(NodeOptions):
@@ -277,6 +347,13 @@ class HybridSourceOptions(NodeOptions):
     bounded_sources: list[HybridBoundedSource] = Field(min_length=1)
     unbounded_source: HybridUnboundedSource
     offset_table: OffsetTable | None = None
+
+    def predicates(self) -> dict[str, str]:  # the live phase's filter is Spark SQL; the history's is ClickHouse's
+        live = self.unbounded_source.filter
+        return {"unbounded_source.filter": live} if live else {}
+
+    def option_problems(self) -> list[OptionProblem]:  # its live phase is a Kafka source
+        return self.unbounded_source.read_problems("unbounded_source.")
 
 
 # --- transforms ----------------------------------------------------------------------------------
@@ -378,6 +455,8 @@ class DynamicTableTransformOptions(FromNodeOptions):
     #: common node keys Streamling's dynamic_table does not take; rejected as unknown keys.
     not_accepted: ClassVar[frozenset[str]] = frozenset({"primary_key", "parallelism", "batch_size",
                                                         "batch_flush_interval", "expectations"})
+
+    produces_rows: ClassVar[bool] = False
 
     type: Literal["dynamic_table"] = "dynamic_table"
     backend_type: Literal["Postgres", "InMemory"]
@@ -482,6 +561,9 @@ class DeltaSinkOptions(FromNodeOptions):
 
 
 class KafkaSinkOptions(FromNodeOptions):
+    primary_key_required: ClassVar[str | None] = ("set primary_key on the sink or on a node upstream; it becomes "
+                                                  "the message key")
+
     type: Literal["kafka"] = "kafka"
     topic: str
     data_format: Literal["avro", "json"] = "avro"
@@ -489,6 +571,15 @@ class KafkaSinkOptions(FromNodeOptions):
     compression: Literal["none", "gzip", "lz4", "zstd", "snappy"] = "lz4"
     message_max_bytes: int | None = Field(default=None, ge=1)
     deduplicate: bool = True
+
+    def option_problems(self) -> list[OptionProblem]:
+        """``batch_flush_interval`` must read as a duration: it becomes the producer's ``linger.ms``."""
+        if self.batch_flush_interval is not None:
+            try:
+                parse_duration_secs(self.batch_flush_interval)
+            except ValueError as exc:
+                return [OptionProblem("batch_flush_interval", f"batch_flush_interval: {exc}")]
+        return []
 
 
 class WebhookSinkOptions(HttpNodeOptions):

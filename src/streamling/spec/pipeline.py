@@ -11,7 +11,6 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from streamling.errors import StreamlingError, ValidationError
-from streamling.spec.kafka_checks import check_kafka_nodes
 from streamling.spec.loader import LoadedDocument, load_yaml_file, parse_yaml
 from streamling.spec.nodes import (
     LABEL_KEY,
@@ -21,11 +20,10 @@ from streamling.spec.nodes import (
     RESERVED_LABELS,
     DynamicTableTransformOptions,
     FromNodeOptions,
-    HybridSourceOptions,
-    KafkaSourceOptions,
     NodeOptions,
     NodeType,
     SqlTransformOptions,
+    parse_key,
 )
 from streamling.spec.sql import DYNAMIC_TABLE_CHECK, analyze_sql, dynamic_table_sql_problems, expression_problems
 from streamling.util import did_you_mean
@@ -298,7 +296,7 @@ def build_pipeline(doc: LoadedDocument) -> PipelineSpec:
 
     _resolve_edges(col, nodes, declared, prefix)
     if not col.problems:
-        check_kafka_nodes(nodes, prefix, col.add)
+        _check_options(col, nodes, prefix)
     if col.problems:
         col.problems.sort(key=lambda p: (p.location.line or 0) if p.location else 0)
         raise ValidationError(col.problems)
@@ -314,13 +312,9 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
         path = spec.path.removeprefix(prefix)
         kind = f"{spec.type} {spec.kind}"
         if spec.kind == "source":
-            predicate, where = None, f"{path}.filter"
-            if isinstance(spec.options, KafkaSourceOptions):
-                predicate = spec.options.filter
-            elif isinstance(spec.options, HybridSourceOptions):  # the live phase's filter is Spark SQL
-                predicate, where = spec.options.unbounded_source.filter, f"{path}.unbounded_source.filter"
-            for problem in expression_problems(predicate) if predicate else []:
-                col.add(where, f"filter: {problem}", node=spec.name, node_kind=kind)
+            for key, predicate in spec.options.predicates().items():
+                for problem in expression_problems(predicate):
+                    col.add(f"{path}.{key}", f"{key.rpartition('.')[2]}: {problem}", node=spec.name, node_kind=kind)
             continue
         assert isinstance(spec.options, FromNodeOptions)
         declared_from = spec.options.from_
@@ -396,8 +390,7 @@ def _resolve_edges(col: _Collector, nodes: dict[str, NodeSpec], declared: dict[s
             visit(spec.name, [spec.name])
 
     consumed = {u for n in nodes.values() for u in n.upstream}
-    orphans = [n for n in nodes.values() if n.kind != "sink" and n.name not in consumed
-               and not isinstance(n.options, DynamicTableTransformOptions)]
+    orphans = [n for n in nodes.values() if n.kind != "sink" and n.name not in consumed and n.options.produces_rows]
     if orphans and not col.problems:
         names = ", ".join(f"'{n.name}'" for n in orphans)
         col.problems.append(StreamlingError(
@@ -453,6 +446,41 @@ def _resolve_dynamic_tables(col: _Collector, nodes: dict[str, NodeSpec], declare
                                   f"transform reads {reads}; a transform that calls {DYNAMIC_TABLE_CHECK} on a "
                                   "table with 'sql' must read the same input", node=name, node_kind=kind,
                             hint=f"read '{target.upstream[0]}' here, or fill '{table}' from {reads}")
+
+
+def _check_options(col: _Collector, nodes: dict[str, NodeSpec], prefix: str) -> None:
+    """What each node's options find wrong in themselves (``NodeOptions.option_problems``), and a
+    missing key where the node's type cannot run without one (``primary_key_required``)."""
+    keys: dict[str, list[str] | None] = {}
+    for spec in nodes.values():
+        path = spec.path.removeprefix(prefix)
+        hint = spec.options.primary_key_required
+        if hint is not None and _declared_key(spec.name, nodes, keys) == []:
+            col.add(path, f"{spec.label} requires a primary key", hint=hint)
+        for problem in spec.options.option_problems():
+            col.add(f"{path}.{problem.path}", problem.message, hint=problem.hint, node=spec.name,
+                    node_kind=f"{spec.type} {spec.kind}")
+
+
+def _declared_key(name: str, nodes: dict[str, NodeSpec], memo: dict[str, list[str] | None]) -> list[str] | None:
+    """The node's effective key as the planner resolves it (own, else first keyed upstream);
+    ``None`` when it may come from a registry that validation does not reach."""
+    if name in memo:
+        return memo[name]
+    spec = nodes[name]
+    result: list[str] | None = parse_key(spec.options.primary_key)
+    if not spec.options.produces_rows:
+        result = []
+    elif not result:
+        if spec.options.key_from_registry():
+            result = None
+        upstream = [_declared_key(u, nodes, memo) for u in spec.upstream if u in nodes]
+        if any(upstream):
+            result = next(k for k in upstream if k)
+        elif any(k is None for k in upstream):
+            result = None
+    memo[name] = result
+    return result
 
 
 def load_pipeline(path: str | Path, rewrite: Callable[[str], str] | None = None) -> PipelineSpec:

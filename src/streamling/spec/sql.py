@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -25,6 +26,7 @@ from sqlglot.errors import ParseError
 from streamling.errors import first_line
 from streamling.spec.sql_dialect import DataFusion
 from streamling.spec.sql_translate import DYNAMIC_TABLE_CHECK, translate
+from streamling.util import did_you_mean
 
 GS_OP = "_gs_op"
 DIALECT = DataFusion  #: how users' SQL is read
@@ -297,6 +299,25 @@ def expression_problems(text: str) -> list[str]:
     if tree.find(exp.AggFunc, exp.Window, exp.Subquery) is not None:
         return ["must not aggregate, use windows or subqueries"]
     return translate(tree)[1]
+
+
+def filter_column_problem(predicate: str, columns: list[str]) -> str | None:
+    """``column 'x' does not exist (did you mean 'y'?)`` for the first unknown column, else None.
+
+    The predicate is read as Streamling's (DataFusion) SQL; names match case-insensitively, as
+    Spark resolves them. One that does not parse is left to the filter's own checks.
+    """
+    try:
+        tree: Any = sqlglot.parse_one(predicate, read=DIALECT)
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
+        return None
+    lambda_vars = {v.name.lower() for lam in tree.find_all(exp.Lambda) for v in lam.expressions}
+    known = {c.lower() for c in columns}
+    for column in tree.find_all(exp.Column):
+        name = column.name
+        if name and name.lower() not in known and name.lower() not in lambda_vars:
+            return f"column '{name}' does not exist{did_you_mean(name, columns)}"
+    return None
 
 
 def spark_expression(text: str, columns: Mapping[str, str] | None = None) -> str:
