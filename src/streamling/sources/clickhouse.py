@@ -68,6 +68,10 @@ class ScanPlan:
     def to_json(self) -> str:
         return json.dumps(self.__dict__, default=str)
 
+    def positions(self) -> str:
+        """What a saved position is a position in: the table, its paging key and the filter."""
+        return json.dumps([self.table, self.key, self.where])
+
     @staticmethod
     def from_json(text: str) -> ScanPlan:
         return ScanPlan(**json.loads(text))
@@ -156,19 +160,20 @@ def _engine_arguments(engine_full: str, engine: str) -> list[str]:
 MAX_SPANS = 64
 
 
-def _spans(plan: ScanPlan, start: dict[str, Any], end: dict[str, Any], width: int) -> list[tuple[dict[str, Any],
-                                                                                                 dict[str, Any]]]:
+def _spans(plan: ScanPlan, start: dict[str, Any], end: dict[str, Any], width: int,
+           most: int = MAX_SPANS) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """A page cut into spans of at most ``width`` values of a numeric key (one span otherwise), and
-    into at most ``MAX_SPANS``: a page holds at most ``page_size`` rows, but a sparse key (epoch
-    milliseconds, hashes, a resumed position far below the next rows) can put trillions of values
-    between its ends, and a span per ``width`` of them would be a list no memory holds."""
+    into at most ``most`` (``MAX_SPANS``, or fewer for a page of fewer rows): a page holds at most
+    ``page_size`` rows, but a sparse key (epoch milliseconds, hashes, a resumed position far below
+    the next rows) can put trillions of values between its ends, and a span per ``width`` of them
+    would be a list no memory holds."""
     lo, hi = start.get("key"), end.get("key")
     if not plan.numeric_key or hi is None or lo is None or not isinstance(lo, int | float) \
             or not isinstance(hi, int | float):
         return [(start, end)]
     step_width: int | float = width
-    if hi - lo > width * MAX_SPANS:  # exact for integer keys of any width (a float would round them)
-        step_width = -(-(hi - lo) // MAX_SPANS)
+    if hi - lo > width * most:  # exact for integer keys of any width (a float would round them)
+        step_width = -(-(hi - lo) // most)
     spans = []
     cursor: dict[str, Any] = start
     while True:
@@ -246,7 +251,8 @@ def _data_source_class() -> type:
         def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
             if end.get("key") is None or end == start:
                 return []
-            return [SpanPartition(s, e) for s, e in _spans(self.plan, start, end, self.conn.sort_key_range)]
+            spans = _spans(self.plan, start, end, self.conn.sort_key_range, min(MAX_SPANS, self.conn.page_size))
+            return [SpanPartition(s, e) for s, e in spans]
 
         def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
             yield from self._read_span(partition.start, partition.end)  # type: ignore[attr-defined]
@@ -467,11 +473,27 @@ class ClickHouseSource(Source[ClickHouseSourceOptions]):
     def state_key(self) -> str:
         return f"clickhouse_source:{self.name}{self._state_suffix}"
 
+    def state_entries(self, end_offset: Any) -> dict[str, dict[str, Any]]:
+        # The position says which scan it belongs to: the node's name alone does not (a kernel or a
+        # state backend outlives a change of table_name, filter or sorting key).
+        return {self.state_key(): {"offset": end_offset, "scan": self.describe()[0].positions()}}
+
     def _saved_position(self) -> dict[str, Any] | None:
-        """The end of the last committed page, as ``on_progress`` copied it to the state backend."""
+        """The end of the last committed page, as ``on_progress`` copied it to the state backend, if it
+        is a position in this scan: one saved while the node read another table, filter or sorting
+        key would skip rows here, so it is not used (entries from before positions named their scan
+        are taken as they are)."""
         state = self.ctx.state
         entry = state.get(self.state_key()) if state is not None else None
         offset = (entry or {}).get("offset")
         if not isinstance(offset, dict) or offset.get("key") is None:
+            return None
+        scan = (entry or {}).get("scan")
+        if scan is not None and scan != self.describe()[0].positions():
+            if not self._said_saved:
+                self._said_saved = True
+                log.warning("%s '%s': the state backend holds a position saved while it read another table, filter "
+                            "or sorting key (%s); it is not used: a new checkpoint starts at start_at or the first "
+                            "row", self.kind, self.name, scan)
             return None
         return {"key": offset["key"], "inclusive": False}

@@ -115,8 +115,8 @@ def test_a_lost_checkpoint_resumes_after_the_page_the_state_backend_saved(
 def test_a_sparse_sort_key_is_read_in_one_page_of_a_few_spans(spark: Any, tmp_path: Path, env: dict[str, str],
                                                                 ch_client: Any, unique_name: str) -> None:
     """Keys far apart (hashes, epoch milliseconds, a resumed position far below the next rows) put
-    ~9e18 key values in one page: cut by the default sort_key_range that was 9e12 spans, and the
-    driver grew until it died. Every row arrives once."""
+    ~9e18 key values between a page's first position and its last row: cut by the default
+    sort_key_range that was 9e12 spans, and the driver grew until it died. Every row arrives once."""
     keys = [1, 10**12, 2**63 + 7]
     ch_client.command(f"CREATE TABLE {unique_name} (k UInt64, v String) ENGINE = MergeTree ORDER BY k")
     ch_client.command(f"INSERT INTO {unique_name} VALUES " + ", ".join(f"({k}, 'v{k}')" for k in keys))
@@ -128,8 +128,33 @@ def test_a_sparse_sort_key_is_read_in_one_page_of_a_few_spans(spark: Any, tmp_pa
           out: {{type: blackhole, from: hist}}
     """
     runner = Runner(spark, tmp_path, env)
-    runner.run(pipeline)
+    runner.run(pipeline, timeout_secs=60, clickhouse_source={"page_size": 1})  # each page starts far below its rows
     assert runner.input_rows() == len(keys)
+
+
+def test_a_position_saved_while_reading_another_table_is_not_used(
+        spark: Any, tmp_path: Path, env: dict[str, str], ch_client: Any, unique_name: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The state backend keys a ClickHouse source's position by the node's name. In one process (a
+    notebook kernel, InMemory) or one durable backend, the same node reading another table must
+    not start after the first table's last key: that skipped every row below it, silently."""
+    first, second = f"{unique_name}_a", f"{unique_name}_b"
+    for table, keys in ((first, range(100, 110)), (second, range(1, 6))):
+        ch_client.command(f"CREATE TABLE {table} (k UInt64) ENGINE = MergeTree ORDER BY k")
+        ch_client.command(f"INSERT INTO {table} VALUES " + ", ".join(f"({k})" for k in keys))
+    pipeline = """
+        sources:
+          hist: {{type: clickhouse, table_name: {table}}}
+        transforms: {{}}
+        sinks:
+          out: {{type: blackhole, from: hist}}
+    """
+    Runner(spark, tmp_path / "a", env).run(pipeline.format(table=first))
+    runner = Runner(spark, tmp_path / "b", env)  # a new checkpoint: the state backend's position decides
+    with caplog.at_level("WARNING", logger="streamling.sources.clickhouse"):
+        runner.run(pipeline.format(table=second))
+    assert runner.input_rows() == 5
+    assert "holds a position saved while it read another table" in caplog.text
 
 
 def _producer(bootstrap: str, admin: Any, topic: str) -> Any:
