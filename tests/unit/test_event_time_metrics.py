@@ -19,9 +19,11 @@ LAGS = [0.0, 0.0, 3.0, 5.0, 7.5, 99.0, 100.0, 2600.0, 12_000.0, 86_400_000.0]
 
 
 def _bucketed(lags: list[float]) -> Buckets:
-    """What Spark's observation counts for ``lags`` (``runtime.flow.event_time_aggregates``)."""
+    """What Spark's observation counts for ``lags`` (``runtime.flow.event_time_aggregates``): rows
+    whose lag is within each boundary, told apart from the rows within the one before."""
     at_most = [sum(1 for v in lags if v <= bound) for bound in LAG_BOUNDARIES_MS]
-    return Buckets.from_cumulative(at_most, len(lags), sum(lags), min(lags), max(lags))
+    counts = [n - below for n, below in zip([*at_most, len(lags)], [0, *at_most], strict=True)]
+    return Buckets(tuple(counts), sum(lags))
 
 
 def _metrics() -> PipelineMetrics:
@@ -51,6 +53,7 @@ def test_pre_bucketed_lags_export_exactly_what_recording_every_row_would() -> No
     assert bucketed_supported()
     batch = _bucketed(LAGS)
     assert batch.counts[:5] == (2, 2, 1, 0, 0) and batch.counts[-1] == 2 and batch.count == 10
+    assert batch == Buckets.of(LAGS)  # as the SDK buckets each value
     fed, recorded = _metrics(), _metrics()
     fed(ev.EpochFlushed("f", epoch=0, rows={"out": 10}, durations_ms={}, event_time_lag={"src": batch}))
     for lag in LAGS:  # the per-row reference: Streamling's histogram

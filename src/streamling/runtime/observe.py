@@ -32,9 +32,9 @@ RECEIVED = "#received"
 #: the key suffix of a sink's input observed for its ``telemetry.event_time`` (its rows are the sink's)
 EVENT_TIME = "#event_time"
 EVENT_TIME_MAX = "event_time_max"
-#: the observed lag aggregates (``runtime.flow.event_time_aggregates``): count, sum, min, max, and
-#: ``LAG_AT_MOST<i>`` = rows whose lag is at most the i-th bucket boundary
-LAG_COUNT, LAG_SUM, LAG_MIN, LAG_MAX, LAG_AT_MOST = "lag_count", "lag_sum", "lag_min", "lag_max", "lag_le_"
+#: the observed lag aggregates (``runtime.flow.event_time_aggregates``): the lags' sum (ms) and the
+#: rows per lag bucket, as ``histogram_numeric``'s (bucket index, rows) pairs
+LAG_SUM, LAG_BUCKETS = "lag_sum", "lag_buckets"
 _ids = itertools.count()
 
 

@@ -52,7 +52,7 @@ class Plan:
     keys: dict[str, list[str]]
     nodes: dict[str, Node] = field(default_factory=dict)
     schemas: dict[str, StructType] = field(default_factory=dict)
-    #: per node with ``telemetry.event_time``: ``"timestamp"`` or ``"number"`` when its column is one,
+    #: per node with ``telemetry.event_time``: ``"timestamp"``, ``"timestamp_ntz"`` or ``"number"``,
     #: None when its instrumentation is skipped (said once, by ``_check_event_times`` or the flow)
     event_time_kinds: dict[str, str | None] = field(default_factory=dict)
 
@@ -348,16 +348,18 @@ def _check_event_times(plan: Plan) -> None:
 
 
 def event_time_kind(label: str, kind: str, column: str, schema: StructType) -> str | None:
-    """``"timestamp"`` or ``"number"`` when ``column`` of ``schema`` can be an event time; otherwise
-    None, after one warning naming the node and why."""
+    """``"timestamp"``, ``"timestamp_ntz"`` or ``"number"`` when ``column`` of ``schema`` can be an
+    event time; otherwise None, after one warning naming the node and why."""
     from pyspark.sql.types import NumericType, TimestampNTZType, TimestampType
 
     field = next((f for f in schema.fields if f.name == column), None)
     if field is None:
         why = f"its {'input' if kind == 'sink' else 'output'} has no column '{column}'" + \
             did_you_mean(column, [f.name for f in schema.fields])
-    elif isinstance(field.dataType, (TimestampType, TimestampNTZType)):
+    elif isinstance(field.dataType, TimestampType):
         return "timestamp"
+    elif isinstance(field.dataType, TimestampNTZType):
+        return "timestamp_ntz"
     elif isinstance(field.dataType, NumericType):
         return "number"
     else:

@@ -2,21 +2,22 @@
 
 Streamling observes ``streamling_event_time_lag`` once per row. Here rows never reach the driver:
 the epoch's observation of a node (``runtime.observe``, filled by the sinks' own jobs) computes, next
-to its row count, how many rows have a lag ≤ each bucket boundary, the lag's count, sum, minimum and
-maximum (``runtime.flow.event_time_aggregates``). Those are turned into a :class:`Buckets` (pure
-Python, no OpenTelemetry) carried by ``EpochFlushed``.
+to its row count, how many rows fall in each bucket of the histogram and the lags' sum
+(``runtime.flow.event_time_aggregates``). Those become a :class:`Buckets` (pure Python, no
+OpenTelemetry) carried by ``EpochFlushed``.
 
 The OpenTelemetry SDK's histogram takes one value per ``record()``; recording a representative
 value ``n`` times per bucket would cost O(rows) on the driver. Instead the lag instrument gets a
 View whose aggregation is the SDK's explicit-bucket histogram with one addition: a measurement that
-carries a :class:`Buckets` in its context adds the whole batch at once (bucket counts, count, sum,
-min, max), in O(buckets). What is exported is then exactly what recording each row would have given:
-the same bucket boundaries (:data:`LAG_BOUNDARIES_MS`, the SDK's and Streamling's default ones, used
-both by Spark and by the View), exact bucket counts and count, and the sum of the per-row values as
-Spark added them in double precision. Temporality (cumulative for Prometheus and OTLP, delta where a
-reader asks for it) is the SDK's own.
+carries a :class:`Buckets` in its context adds the whole batch at once (bucket counts, count, sum),
+in O(buckets). What is exported is then what recording each row would have given: the same bucket
+boundaries (:data:`LAG_BOUNDARIES_MS`, the SDK's and Streamling's default ones, used both by Spark
+and by the View), exact bucket counts and count, and the sum of the per-row lags as Spark added them
+in double precision. Min and max are not recorded for this histogram (OTLP's fields are optional;
+Prometheus never shows them): each would cost every row one more aggregate. Temporality (cumulative
+for Prometheus and OTLP, delta where a reader asks for it) is the SDK's own.
 
-The hook reaches into the SDK's private aggregation state (``_value``, ``_sum``, ``_min``, ``_max``);
+The hook reaches into the SDK's private aggregation state (``_value``, ``_sum``);
 :func:`bucketed_supported` checks it once per run, and an SDK that changed it gets a plain
 histogram fed one value per non-empty bucket (the buckets stay right, the count does not), with one
 log line saying so.
@@ -24,6 +25,7 @@ log line saying so.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,26 +47,22 @@ _CONTEXT_KEY = "streamling.bucketed_histogram"
 @dataclass(frozen=True)
 class Buckets:
     """Per-bucket counts of a batch of values (``counts[i]`` holds values in ``(b[i-1], b[i]]``, the
-    last one values above every boundary, as OpenTelemetry buckets them), with their sum, min, max."""
+    last one values above every boundary, as OpenTelemetry buckets them), with their sum."""
 
     counts: tuple[int, ...]
     sum: float
-    min: float
-    max: float
 
     @property
     def count(self) -> int:
         return sum(self.counts)
 
     @classmethod
-    def from_cumulative(cls, at_most: Sequence[int], total: int, sum_: float, min_: float,
-                        max_: float) -> Buckets:
-        """From ``at_most[i]`` = values ≤ boundary ``i`` (what Spark counts) and the ``total``."""
-        counts, below = [], 0
-        for n in [*at_most, total]:
-            counts.append(int(n) - below)
-            below = int(n)
-        return cls(tuple(counts), float(sum_), float(min_), float(max_))
+    def of(cls, values: Sequence[float], boundaries: Sequence[float] = LAG_BOUNDARIES_MS) -> Buckets:
+        """``values`` bucketed one by one, as the SDK buckets a recorded value (tests, fallbacks)."""
+        counts = [0] * (len(boundaries) + 1)
+        for value in values:
+            counts[bisect.bisect_left(boundaries, value)] += 1
+        return cls(tuple(counts), float(sum(values)))
 
 
 def record_buckets(histogram: Histogram, buckets: Buckets, attributes: dict[str, str],
@@ -74,9 +72,9 @@ def record_buckets(histogram: Histogram, buckets: Buckets, attributes: dict[str,
         return
     if not bucketed:  # an SDK without the hook: one value per non-empty bucket
         for i, n in enumerate(buckets.counts):
-            if n:
-                upper = LAG_BOUNDARIES_MS[i] if i < len(LAG_BOUNDARIES_MS) else buckets.max
-                histogram.record(max(0.0, min(upper, buckets.max)), attributes)
+            if n:  # the bucket's upper bound; above the last one, just past it
+                histogram.record(LAG_BOUNDARIES_MS[i] if i < len(LAG_BOUNDARIES_MS) else LAG_BOUNDARIES_MS[-1] + 1.0,
+                                 attributes)
         return
     from opentelemetry.context import set_value
 
@@ -103,9 +101,6 @@ def _aggregation_class() -> type[Any]:
                     value[i] += n
                 self._value = value  # type: ignore[assignment]
                 self._sum += batch.sum  # type: ignore[assignment]
-                if self._record_min_max:
-                    self._min = min(self._min, batch.min)
-                    self._max = max(self._max, batch.max)
 
     return BucketedHistogramAggregation
 
@@ -122,7 +117,8 @@ def bucketed_view(instrument_name: str, boundaries: Sequence[float] = LAG_BOUNDA
             created.__class__ = aggregation_class  # same state, one more way to aggregate
             return created
 
-    return View(instrument_name=instrument_name, aggregation=Bucketed(boundaries=list(boundaries)))
+    return View(instrument_name=instrument_name,
+                aggregation=Bucketed(boundaries=list(boundaries), record_min_max=False))
 
 
 def bucketed_supported() -> bool:
@@ -133,7 +129,7 @@ def bucketed_supported() -> bool:
 
         reader = InMemoryMetricReader()
         provider = MeterProvider(metric_readers=[reader], views=[bucketed_view("probe")])
-        batch = Buckets((1, 2, *([0] * (len(LAG_BOUNDARIES_MS) - 2)), 3), 60_012.0, 0.0, 30_000.0)
+        batch = Buckets((1, 2, *([0] * (len(LAG_BOUNDARIES_MS) - 2)), 3), 60_012.0)
         record_buckets(provider.get_meter("probe").create_histogram("probe"), batch, {})
         data = reader.get_metrics_data()
         provider.shutdown()
@@ -141,8 +137,7 @@ def bucketed_supported() -> bool:
         [point] = data.resource_metrics[0].scope_metrics[0].metrics[0].data.data_points
         if not isinstance(point, HistogramDataPoint):
             return False
-        return (tuple(point.bucket_counts), point.count, point.sum, point.max) == (batch.counts, 6, 60_012.0,
-                                                                                   30_000.0)
+        return (tuple(point.bucket_counts), point.count, point.sum) == (batch.counts, 6, 60_012.0)
     except Exception:  # noqa: BLE001 - an SDK whose internals moved: the plain fallback
         log.debug("the bucketed histogram hook does not fit this OpenTelemetry SDK", exc_info=True)
         return False
