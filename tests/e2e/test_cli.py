@@ -91,6 +91,16 @@ def test_validate_prints_one_json_object(tmp_path: Path) -> None:
         "Primary key validation failed for node 's': columns [\"nope\"] not found in schema. Available columns: "
         "[\"id\", \"customer\", \"country\", \"amount\", \"quantity\", \"created_at\", \"_gs_op\"]"]
 
+    # an event-time column that cannot be one: valid (the rows would flow), and said as the run says it
+    untimed = tmp_path / "untimed.yaml"
+    untimed.write_text("sources:\n  s: {type: generate, rows: 5, primary_key: id,\n"
+                       "      telemetry: {event_time: {column: customer}}}\n"
+                       "sinks:\n  out: {type: blackhole, from: s}\n")
+    result = json.loads(streamling(str(untimed), "--validate", cwd=tmp_path).stdout)
+    assert result == {"success": True, "is_valid": True, "errors": [], "warnings": [
+        "generate source 's': event-time instrumentation skipped: column 'customer' is string, not a timestamp or "
+        "a number (telemetry.event_time.column)"]}
+
 
 def test_a_failing_node_is_one_error_line_naming_it(tmp_path: Path) -> None:
     pipeline = tmp_path / "p.yaml"

@@ -182,7 +182,8 @@ sinks:
         "sql transform 'names': event-time instrumentation skipped: column 'customer' is string, not a timestamp or "
         "a number (telemetry.event_time.column)"]
     flushed = runner.of_type(ev.EpochFlushed)
-    assert runner.input_rows() == 20 and len(flushed) == 2 and all(not e.event_time_ms for e in flushed)
+    assert runner.input_rows() == 20 and len(flushed) == 2
+    assert all(not e.event_time_ms and not e.event_time_lag for e in flushed)
 
 
 def test_a_sink_with_an_event_time_has_its_own_watermark(runner: Runner, caplog: pytest.LogCaptureFixture) -> None:
@@ -209,3 +210,68 @@ sinks:
     skipped = [r.getMessage() for r in caplog.records if "event-time instrumentation skipped" in r.getMessage()]
     assert skipped == ["blackhole sink 'other': event-time instrumentation skipped: its input has no column "
                        "'created' (did you mean 'created_at'?) (telemetry.event_time.column)"]
+
+
+def test_event_time_lags_are_counted_per_row_into_the_histograms_buckets_by_spark(spark: Any) -> None:
+    """The aggregates an observation adds for an event time give, per bucket, the rows a per-row
+    histogram would have put there: a timestamp and a number column, rows from the future at 0, rows
+    without an event time left out."""
+    from datetime import UTC, datetime
+
+    from streamling.runtime.flow import _lags, event_time_aggregates
+    from streamling.telemetry.histogram import Buckets
+
+    start_ms = 1_750_000_000_000.0
+    lags = [0.0, 4.0, 5.0, 6.0, 250.0, 9_999.0, 3_600_000.0, -30.0]  # the last one is in the future
+    rows = [(datetime.fromtimestamp((start_ms - lag) / 1000, tz=UTC), int((start_ms - lag) / 1000 * 1e6),
+             (start_ms - lag) / 1000) for lag in lags] + [(None, None, None)]
+    df = spark.createDataFrame(rows, "ts TIMESTAMP, us LONG, secs DOUBLE").repartition(3)  # partial counts merge
+    df = df.withColumn("ntz", df.ts.cast("timestamp_ntz"))
+    expected = [max(0.0, lag) for lag in lags]
+    per_row = Buckets.of(expected).counts  # as the SDK buckets each value
+    assert per_row[:3] == (2, 2, 1) and per_row[-1] == 1
+    for column, kind, unit in (("ts", "timestamp", "seconds"), ("ntz", "timestamp_ntz", "seconds"),
+                               ("us", "number", "microseconds"), ("secs", "number", "seconds")):
+        aggregates = event_time_aggregates(column, kind, unit, start_ms)
+        observed = df.agg(*[e.alias(k) for k, e in aggregates.items()]).first().asDict()
+        buckets = _lags({"node": observed})["node"]
+        assert buckets.counts == per_row, column
+        assert buckets.count == 8
+        assert buckets.sum == pytest.approx(sum(expected), abs=0.01)
+
+
+def test_event_time_metrics_across_source_transform_and_sink(runner: Runner) -> None:
+    """As Streamling exports them: a lag observation per row and a watermark for the source, the
+    transform and the sink that name an event time, and an elapsed_compute series for the SQL
+    transform, read from the Prometheus registry as a scrape shows them."""
+    runner.with_telemetry = True
+    try:
+        runner.run("""
+sources:
+  orders: {type: generate, rows: 20, rows_per_batch: 10, telemetry: {event_time: {column: created_at}}}
+transforms:
+  recent:
+    type: sql
+    sql: SELECT id, created_at, _gs_op FROM orders WHERE id % 4 = 0
+    telemetry: {event_time: {column: created_at}}
+sinks:
+  out: {type: blackhole, from: recent, telemetry: {event_time: {column: created_at}}}
+""", admin_api_port=0)
+        text = runner.telemetry.metrics.prometheus_text().decode()
+    finally:
+        runner.close_telemetry()
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+    def by_node(name: str) -> dict[str, float]:
+        return {s.labels["id"]: s.value for s in samples if s.name == name}
+
+    flushed = runner.of_type(ev.EpochFlushed)
+    assert len(flushed) == 2
+    to_sink = sum(e.rows["out"] for e in flushed)
+    assert to_sink == 5
+    assert by_node("streamling_event_time_lag_milliseconds_count") == {"orders": 20, "recent": 5, "out": 5}
+    watermarks = by_node("streamling_event_time_watermark_milliseconds")
+    assert set(watermarks) == {"orders", "recent", "out"} and all(v > 1.7e12 for v in watermarks.values())
+    assert watermarks["recent"] == watermarks["out"] <= watermarks["orders"]
+    compute = by_node("streamling_elapsed_compute_milliseconds_count")
+    assert compute["recent"] == 2 and compute["orders"] == 2 and compute["out"] == 2

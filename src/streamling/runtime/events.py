@@ -45,6 +45,12 @@ class EpochFlushed(Event):
     node_rows: dict[str, int] = field(default_factory=dict)
     #: the largest event time (epoch ms) of each node with ``telemetry.event_time``
     event_time_ms: dict[str, float] = field(default_factory=dict)
+    #: per node with ``telemetry.event_time``: its rows' lags (epoch start − event time, ms), bucketed
+    #: by Spark as the lag histogram buckets them (``streamling.telemetry.histogram.Buckets``)
+    event_time_lag: dict[str, Any] = field(default_factory=dict)
+    #: a node's own time in the epoch (ms): sinks, their write; sources and transforms, their step on
+    #: the driver (``streamling_elapsed_compute``; see ``runtime.flow.evaluate``)
+    compute_ms: dict[str, float] = field(default_factory=dict)
     #: node → expectation → ``{"passed": n, "failed": n, "action": warn|drop|fail}``
     expectations: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,9 @@ RECEIVED = "#received"
 #: the key suffix of a sink's input observed for its ``telemetry.event_time`` (its rows are the sink's)
 EVENT_TIME = "#event_time"
 EVENT_TIME_MAX = "event_time_max"
+#: the observed lag aggregates (``runtime.flow.event_time_aggregates``): the lags' sum (ms) and the
+#: rows per lag bucket, as ``histogram_numeric``'s (bucket index, rows) pairs
+LAG_SUM, LAG_BUCKETS = "lag_sum", "lag_buckets"
 _ids = itertools.count()
 
 
@@ -72,6 +76,10 @@ class EpochObservations:
     #: nodes whose only reader is a sink that counts exactly what it receives (node → sink): left
     #: unobserved, their count is that write's (the flow puts it in ``given``)
     by_sink: dict[str, str] = field(default_factory=dict)
+    #: when the epoch started (epoch ms): the instant event-time lags are measured from
+    start_ms: float = field(default_factory=lambda: time.time() * 1000)
+    #: each source's and transform's step time on the driver (ms), by node (``runtime.flow.evaluate``)
+    compute_ms: dict[str, float] = field(default_factory=dict)
 
     def count(self, node: str, df: DataFrame, like: tuple[str, DataFrame] | None = None,
               extra: dict[str, Column] | None = None) -> DataFrame:

@@ -52,6 +52,9 @@ class Plan:
     keys: dict[str, list[str]]
     nodes: dict[str, Node] = field(default_factory=dict)
     schemas: dict[str, StructType] = field(default_factory=dict)
+    #: per node with ``telemetry.event_time``: ``"timestamp"``, ``"timestamp_ntz"`` or ``"number"``,
+    #: None when its instrumentation is skipped (said once, by ``_check_event_times`` or the flow)
+    event_time_kinds: dict[str, str | None] = field(default_factory=dict)
 
     def sources(self, flow: Flow) -> list[Source]:
         return [self.nodes[s.name] for s in flow.sources]  # type: ignore[misc]
@@ -334,20 +337,32 @@ def analyze(plan: Plan, spark: SparkSession) -> None:
 
 def _check_event_times(plan: Plan) -> None:
     """A node whose ``telemetry.event_time`` names no timestamp or number column of its output is
-    told once per run, as Streamling logs it; its rows flow and its event-time series stay empty."""
-    from pyspark.sql.types import NumericType, TimestampNTZType, TimestampType
-
+    told once per run, as Streamling logs it; its rows flow and its event-time series stay empty.
+    The verdict is kept in ``plan.event_time_kinds`` for the flows, which then never touch the column."""
     for spec in plan.spec.topological():
         event_time = spec.options.telemetry.event_time if spec.options.telemetry is not None else None
         schema = plan.schemas.get(spec.name)
         if event_time is None or schema is None:
             continue
-        field = next((f for f in schema.fields if f.name == event_time.column), None)
-        if field is None:
-            why = f"its {'input' if spec.kind == 'sink' else 'output'} has no column '{event_time.column}'" + \
-                did_you_mean(event_time.column, [f.name for f in schema.fields])
-        elif not isinstance(field.dataType, (TimestampType, TimestampNTZType, NumericType)):
-            why = f"column '{event_time.column}' is {field.dataType.simpleString()}, not a timestamp or a number"
-        else:
-            continue
-        log.warning("%s: event-time instrumentation skipped: %s (telemetry.event_time.column)", spec.label, why)
+        plan.event_time_kinds[spec.name] = event_time_kind(spec.label, spec.kind, event_time.column, schema)
+
+
+def event_time_kind(label: str, kind: str, column: str, schema: StructType) -> str | None:
+    """``"timestamp"``, ``"timestamp_ntz"`` or ``"number"`` when ``column`` of ``schema`` can be an
+    event time; otherwise None, after one warning naming the node and why."""
+    from pyspark.sql.types import NumericType, TimestampNTZType, TimestampType
+
+    field = next((f for f in schema.fields if f.name == column), None)
+    if field is None:
+        why = f"its {'input' if kind == 'sink' else 'output'} has no column '{column}'" + \
+            did_you_mean(column, [f.name for f in schema.fields])
+    elif isinstance(field.dataType, TimestampType):
+        return "timestamp"
+    elif isinstance(field.dataType, TimestampNTZType):
+        return "timestamp_ntz"
+    elif isinstance(field.dataType, NumericType):
+        return "number"
+    else:
+        why = f"column '{column}' is {field.dataType.simpleString()}, not a timestamp or a number"
+    log.warning("%s: event-time instrumentation skipped: %s (telemetry.event_time.column)", label, why)
+    return None

@@ -12,11 +12,11 @@ Telemetry that cannot start logs a warning and the pipeline runs without it.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from streamling.runtime import events as ev
+from streamling.telemetry.histogram import bucketed_supported, bucketed_view, record_buckets
 from streamling.telemetry.stats import RunStats
 
 if TYPE_CHECKING:
@@ -61,14 +61,24 @@ class PipelineMetrics:
         denied = {n for name in config.metric_deny_list
                   for n in (name, "streamling_" + name.replace(".", "_"), name.replace(".", "_"))}
         views = [View(instrument_name=name, aggregation=DropAggregation()) for name in sorted(denied)]
+        #: whether the lag histogram takes Spark's per-bucket counts whole (``telemetry.histogram``)
+        self.bucketed = bucketed_supported()
+        if self.bucketed and not denied & {"streamling_event_time_lag", "event_time_lag"}:
+            views.append(bucketed_view("streamling_event_time_lag"))
+        elif not self.bucketed:
+            log.info("this OpenTelemetry SDK cannot take pre-bucketed counts: streamling_event_time_lag gets one "
+                     "observation per bucket and epoch, its buckets are right but its count is not the rows'")
         resource = Resource.create({"service.name": "streamling", "service.instance.id": settings.application_id,
                                     **self.global_tags})
         self.provider = MeterProvider(resource=resource, metric_readers=readers, views=views)
         meter = self.provider.get_meter("streamling")
         self.output_rows = meter.create_counter("streamling_output_rows", description="rows a node emitted")
         self.input_rows = meter.create_counter("streamling_input_rows", description="rows a node received")
-        self.compute = meter.create_histogram("streamling_elapsed_compute", unit="ms",
-                                              description="time a sink spent writing an epoch")
+        self.compute = meter.create_histogram(
+            "streamling_elapsed_compute", unit="ms",
+            description="a node's own time in an epoch: a sink's write (Spark's fused job over every node "
+                        "upstream); a source's or transform's step on the driver (planning its part of the DAG, "
+                        "eager work)")
         self.checkpoint = {name: meter.create_counter(f"streamling_checkpoint_{name}") for name in CHECKPOINT_COUNTERS}
         self.epoch_duration = meter.create_histogram("streamling_checkpoint_epoch_duration", unit="ms",
                                                      description="epoch planned → finalized")
@@ -80,7 +90,7 @@ class PipelineMetrics:
         self.batch_duration = meter.create_histogram("streamling_batch_duration", unit="ms",
                                                      description="Spark's time for the epoch (triggerExecution)")
         self.event_time_lag = meter.create_histogram("streamling_event_time_lag", unit="ms",
-                                                     description="now − the epoch's largest event time")
+                                                     description="per row: the epoch's start − its event time")
         self.expectation_rows = meter.create_counter("streamling_expectation_rows",
                                                      description="rows checked by an expectation, by result")
         meter.create_observable_gauge("streamling_checkpoint_epochs_in_flight", [self._in_flight])
@@ -133,8 +143,10 @@ class PipelineMetrics:
             self.output_rows.add(rows, self.tags(sink))
             ms = event.durations_ms.get(sink)
             if ms is not None:
-                self.compute.record(ms, self.tags(sink))
                 self.sink_flush.record(ms, {**coordinator, "sink": sink})
+        compute = {**{s: event.durations_ms[s] for s in event.rows if s in event.durations_ms}, **event.compute_ms}
+        for node, ms in compute.items():
+            self.compute.record(ms, self.tags(node))
         for node, rows in emitted.items():
             self.output_rows.add(rows, self.tags(node))
             stats = self.stats.nodes.get(node)
@@ -143,9 +155,8 @@ class PipelineMetrics:
             elif stats is not None:
                 received = sum(emitted.get(u, 0) for u in stats.upstream)
                 self.input_rows.add(received, self.tags(node))
-        now_ms = time.time() * 1000
-        for node, value in event.event_time_ms.items():
-            self.event_time_lag.record(max(0.0, now_ms - value), self.tags(node))
+        for node, buckets in event.event_time_lag.items():
+            record_buckets(self.event_time_lag, buckets, self.tags(node), self.bucketed)
         for node, results in event.expectations.items():
             for name, result in results.items():
                 for outcome in ("passed", "failed"):

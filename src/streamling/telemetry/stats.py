@@ -36,6 +36,7 @@ class NodeStats:
     last_at: float | None = None
     #: ``topic/partition`` → messages behind (Kafka sources)
     lag: dict[str, int] = field(default_factory=dict)
+    #: the watermark: the largest event time (epoch ms) the node has seen in the run
     event_time_ms: float | None = None
     #: expectation → {"passed": n, "failed": n, "action": warn|drop|fail}
     expectations: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -157,8 +158,9 @@ class RunStats:
             span = event.at - (node.last_at if node.last_at is not None else (record.planned_at or event.at))
             node.last_rows, node.last_rate, node.last_at = int(rows), rows / span if span > 0 else 0.0, event.at
             self.recent_rows.append((event.at, name, int(rows)))
-        for name, value in event.event_time_ms.items():
-            self._node(name).event_time_ms = value
+        for name, value in event.event_time_ms.items():  # a watermark never goes back
+            node = self._node(name)
+            node.event_time_ms = value if node.event_time_ms is None else max(node.event_time_ms, value)
         for name, results in event.expectations.items():
             node = self._node(name)
             for expectation, result in results.items():
