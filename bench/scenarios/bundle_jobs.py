@@ -16,8 +16,8 @@ executors on the two one-core workers). Everything goes through the CLI as a use
 - **driver kill → new row**: the running attempt's process group (the driver and its JVM) is
   SIGKILLed; seconds until a row with an id above everything written before the kill appears,
   i.e. the runner noticed, started a new attempt at once (a first failure has no back-off),
-  and that attempt resumed from the checkpoint. After ``bundle destroy`` (which lets the epoch in flight finish) the table
-  must hold every id from 0 to its largest exactly once.
+  and that attempt resumed from the checkpoint. After ``bundle destroy`` (which lets the epoch
+  in flight finish) the table must hold every id from 0 to its largest exactly once.
 - **throughput**: the same notebook on a bounded source (200,000 rows, 20,000 per epoch) as a
   one-off job, ``streamling bundle run load``. Next to it, the hand-written job of
   ``generate_sql_postgres`` (same ``generate`` source, ``foreachBatch`` collecting Arrow, CSV,
