@@ -10,7 +10,9 @@ generate (6M rows, 500k-row epochs) → the blackhole SQL → blackhole, in-proc
   time (the first epoch, then as often as that allows), node counts from the sinks' own jobs;
 - ``monitor, every epoch``: the same sampling every epoch (the notebook's setting before the share);
 - ``monitor, count jobs``: sampling every epoch with the counting observations replaced, one
-  ``count()`` job per transform per epoch, reproduced here to measure the difference.
+  ``count()`` job per transform per epoch, reproduced here to measure the difference;
+- ``event time``: ``telemetry.event_time`` on the source's and the sink's ``created_at`` (per-row
+  lag histogram and watermark, computed by Spark in each node's observation), no other telemetry.
 """
 
 from __future__ import annotations
@@ -65,11 +67,14 @@ def run(opts: Options) -> ScenarioResult:
     spark = shared_session()
     source = {"rows": rows, "rows_per_batch": min(500_000, rows), "partitions": 2, "profile": "orders"}
     yaml_text = generate_yaml(source, SQL, {"type": "blackhole"})
+    event_time = {"telemetry": {"event_time": {"column": "created_at"}}}
+    timed_yaml = generate_yaml({**source, **event_time}, SQL.replace("SELECT id,", "SELECT id, created_at,"),
+                               {"type": "blackhole", **event_time})
 
-    def side(name: str, **kwargs: Any) -> Any:
+    def side(name: str, text: str = yaml_text, **kwargs: Any) -> Any:
         def go() -> dict[str, Any]:
             with temp_dir(f"telemetry-{name.split()[0]}") as workdir:
-                return run_streamling(spark, yaml_text, workdir, rows, **kwargs)
+                return run_streamling(spark, text, workdir, rows, **kwargs)
         return go
 
     runs = {
@@ -80,7 +85,9 @@ def run(opts: Options) -> ScenarioResult:
         "monitor": side("monitor", sample_rows=20, sample_share=0.05, admin_api_port=0),
         "monitor, every epoch": side("monitor-every", sample_rows=20, admin_api_port=0),
         "monitor, count jobs": _with_count_jobs(side("monitor-count", sample_rows=20, admin_api_port=0)),
+        "event time": side("event-time", timed_yaml, admin_api_port=0),
     }
+
     sides = {name: Side(name) for name in runs}
     log(f"{NAME}: {rows:,} rows, {opts.runs} runs")
     interleaved(opts.runs, runs, sides, log)
@@ -98,5 +105,6 @@ def run(opts: Options) -> ScenarioResult:
                      "monitor, every epoch / off (paired)": paired_ratio(sides["monitor, every epoch"], off,
                                                                          "rows_per_s"),
                      "monitor, count jobs / off (paired)": paired_ratio(sides["monitor, count jobs"], off,
-                                                                        "rows_per_s")}
+                                                                        "rows_per_s"),
+                     "event time / off (paired)": paired_ratio(sides["event time"], off, "rows_per_s")}
     return result
