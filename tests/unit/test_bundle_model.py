@@ -307,3 +307,18 @@ resources:
     assert (small.base_parameters, large.base_parameters) == ({"rows": "10", "owner": "ops"}, {"rows": "20"})
     assert bundle.warnings == ["bundle.yml:4: include pattern 'resources/*.yml' matches no file, so it adds "
                                "nothing (patterns are relative to the bundle folder)"]
+
+
+def test_a_command_run_from_a_deleted_folder_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from streamling.bundle.cli import main
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    monkeypatch.delenv("STREAMLING_BUNDLE_ROOT", raising=False)
+    gone.rmdir()
+    assert main(["validate"]) == 1
+    err = capsys.readouterr().err
+    assert "the current folder no longer exists" in err and "cd into the bundle's folder again" in err
+    assert "Traceback" not in err

@@ -85,7 +85,14 @@ def _bundle(args: argparse.Namespace) -> Any:
     from streamling.bundle.loading import load_bundle
     from streamling.bundle.model import find_bundle_root
 
-    root = Path(os.environ.get("STREAMLING_BUNDLE_ROOT") or find_bundle_root(Path.cwd()))
+    if not os.environ.get("STREAMLING_BUNDLE_ROOT"):
+        try:
+            here = Path.cwd()
+        except FileNotFoundError:
+            raise StreamlingError(
+                "bundle: the current folder no longer exists (deleted or moved)", code="bundle_missing",
+                hint="cd into the bundle's folder again (the one with bundle.yml or databricks.yml)") from None
+    root = Path(os.environ.get("STREAMLING_BUNDLE_ROOT") or find_bundle_root(here))
     return load_bundle(root, target=args.target, variables=_kv(args.var, "--var"))
 
 
