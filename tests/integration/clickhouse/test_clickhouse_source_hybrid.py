@@ -224,6 +224,17 @@ def test_hybrid_backfills_then_goes_live_at_the_recorded_offsets_across_restarts
     # queries: backfill (stopped), backfill (job mode), drained backfill → live, live again
     assert len(runner.of_type(ev.FlowStarted)) == 5
 
+    # The same node over another history, in a new checkpoint with the same state backend: the
+    # recorded live phase belongs to the first history and is not resumed (that skipped all of it).
+    other = f"{unique_name}_h2"
+    ch_client.command(f"CREATE TABLE {other} (id Int64, v String) ENGINE = MergeTree ORDER BY id")
+    ch_client.command(f"INSERT INTO {other} SELECT number, concat('o', toString(number)) FROM numbers(100, 10)")
+    moved = pipeline.replace(f"table_name: {hist}}}", f"table_name: {other}}}").replace(
+        f"table: {hist},", f"table: {other},")
+    again = Runner(spark, tmp_path / "other", env)
+    history = {i: (f"o{i}",) for i in range(100, 110)}
+    again.run_until(moved, lambda r: history.items() <= _pg_rows(pg, other).items(), timeout_secs=90, **overrides)
+
 
 def test_hybrid_refuses_a_live_topic_whose_columns_differ_from_the_history(
         spark: Any, tmp_path: Path, env: dict[str, str], ch_client: Any, unique_name: str, unique_topic: str,
