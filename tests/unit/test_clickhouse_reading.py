@@ -121,3 +121,49 @@ def test_the_saved_position_is_taken_only_when_it_is_one_and_never_for_a_preview
     for junk in ({"offset": None}, {"offset": "41"}, {"offset": {"key": None}}, {"phase": "live"}):
         assert _source_with_state(junk)._saved_position() is None, junk
     assert _source_with_state(None).origin() == {"key": None}
+
+
+def test_a_position_saved_for_another_scan_is_left_and_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    plan = ScanPlan(table="`default`.`t`", select=["`k`"], key="`k`", numeric_key=True, where=None)
+    other = ScanPlan(table="`default`.`old`", select=["`k`"], key="`k`", numeric_key=True, where=None)
+    for scan, expected in ((plan.positions(), {"key": 41, "inclusive": False}), (other.positions(), None)):
+        source = _source_with_state({"offset": {"key": 41, "inclusive": False}, "scan": scan})
+        source._described = (plan, None, [])  # type: ignore[assignment]  # what describe() found, no server
+        with caplog.at_level("WARNING", logger="streamling.sources.clickhouse"):
+            assert source._saved_position() == expected
+            assert source._saved_position() == expected
+    warned = [r for r in caplog.records if "saved while it read another table" in r.getMessage()]
+    assert len(warned) == 1 and "old" in warned[0].getMessage()
+    # what it writes back names its scan
+    assert source.state_entries({"key": 7})["clickhouse_source:ch"]["scan"] == plan.positions()
+
+
+def test_a_hybrid_phase_recorded_for_other_sources_is_left() -> None:
+    import json
+
+    import yaml
+
+    from streamling.config import load_settings
+    from streamling.runtime.nodes import NodeContext
+    from streamling.sources.hybrid import HybridSource
+    from streamling.spec import parse_pipeline
+    from streamling.state.memory import InMemoryStateBackend
+
+    doc = {"sources": {"h": {"type": "hybrid", "primary_key": "id",
+                             "bounded_sources": [{"source_type": "clickhouse", "table_name": "hist"}],
+                             "unbounded_source": {"source_type": "kafka", "topic": "live", "data_format": "json",
+                                                  "schema": {"id": "int64"}},
+                             "offset_table": {"topic_name": "live", "table_name": "offsets"}}},
+           "sinks": {"o": {"type": "blackhole", "from": "h"}}}
+    spec = parse_pipeline(yaml.safe_dump(doc)).nodes["h"]
+
+    def phase(entry: dict[str, Any]) -> str:
+        state = InMemoryStateBackend("test", shared=False)
+        state.put("hybrid_source_h_v1", entry)
+        return HybridSource(NodeContext(spec=spec, settings=load_settings(environ={}), state=state,
+                                        dry_run=True)).phase()
+
+    mine = json.dumps([["hist", None], "live"])
+    assert phase({"phase": "live", "sources": mine}) == "live"
+    assert phase({"phase": "live"}) == "live"  # recorded before phases named their sources
+    assert phase({"phase": "live", "sources": json.dumps([["old", None], "live"])}) == "backfill-0"

@@ -17,6 +17,7 @@ would not be. In ``job_mode`` only the bounded phases run, and the run ends.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -71,8 +72,6 @@ class HybridSource(Source[HybridSourceOptions]):
 
     def _sources(self) -> str:
         """What a recorded phase is a phase of: the history's tables and filters, then the topic."""
-        import json
-
         opts = self.options
         return json.dumps([[b.table_name, b.filter] for b in opts.bounded_sources] + [opts.unbounded_source.topic])
 
