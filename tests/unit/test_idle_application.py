@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from streamling.config import load_settings
 from streamling.runtime.session import idle_conf
 
@@ -29,3 +31,19 @@ def test_no_idle_application_locally_or_where_spark_conf_chooses_the_executors()
     assert idle_conf(_settings("spark://h:7077", {"spark.executor.instances": "2"})) is None
     assert idle_conf(_settings("spark://h:7077", {"spark.dynamicAllocation.enabled": "false"})) is None
     assert idle_conf(_settings("spark://h:7077", {"spark.dynamicAllocation.maxExecutors": "4"})) is None
+
+
+def test_a_master_that_refuses_the_claim_costs_only_the_head_start(caplog: pytest.LogCaptureFixture) -> None:
+    from types import SimpleNamespace
+
+    from streamling.runtime.session import claim_executors
+
+    def refuse(_n: int) -> None:
+        raise RuntimeError("py4j: the master is unreachable\nat …")
+
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(_jsc=SimpleNamespace(
+        sc=lambda: SimpleNamespace(requestExecutors=refuse))))
+    with caplog.at_level("WARNING", logger="streamling.runtime.session"):
+        claim_executors(spark)  # type: ignore[arg-type]  # does not raise: the attempt runs on
+    assert "could not ask the cluster's master for executors" in caplog.text
+    assert "the master is unreachable" in caplog.text and "at …" not in caplog.text

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamling import storage
 from streamling.config import Settings
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, first_line
 from streamling.runtime import class_archive
 from streamling.runtime.jvm_output import launch_with_filtered_stderr
 
@@ -248,8 +248,13 @@ def idle_conf(settings: Settings) -> dict[str, str] | None:
 
 def claim_executors(spark: SparkSession) -> None:
     """Ask the master of an idle application (``build_session(idle=True)``) for its executors now,
-    before the first query needs them: they start while the driver plans the query."""
-    spark.sparkContext._jsc.sc().requestExecutors(CLAIM_EXECUTORS)
+    before the first query needs them: they start while the driver plans the query. A refusal only
+    costs that head start: dynamic allocation asks for them anyway once the query's tasks wait."""
+    try:
+        spark.sparkContext._jsc.sc().requestExecutors(CLAIM_EXECUTORS)
+    except Exception as exc:  # noqa: BLE001 - an early start of executors, not a condition of the run
+        log.warning("could not ask the cluster's master for executors ahead of the first query (%s); they start "
+                    "when its tasks wait", first_line(exc))
 
 
 #: this process's driver JVM was launched by ``prelaunch``, for the session ``build_session`` makes next
