@@ -17,7 +17,10 @@ executors on the two one-core workers). Everything goes through the CLI as a use
   SIGKILLed; seconds until a row with an id above everything written before the kill appears,
   i.e. the runner noticed, started a new attempt at once (a first failure has no back-off),
   and that attempt resumed from the checkpoint. After ``bundle destroy`` (which lets the epoch
-  in flight finish) the table must hold every id from 0 to its largest exactly once.
+  in flight finish) the table must hold every id from 0 to its largest exactly once. Measured with
+  the warm standby and without one (a cold driver); on the cluster also with a standby that keeps
+  one warm executor (``job_runner.standby_executors: 1``, the job capped at the other cores with
+  ``spark.cores.max``).
 - **throughput**: the same notebook on a bounded source (200,000 rows, 20,000 per epoch) as a
   one-off job, ``streamling bundle run load``. Next to it, the hand-written job of
   ``generate_sql_postgres`` (same ``generate`` source, ``foreachBatch`` collecting Arrow, CSV,
@@ -155,6 +158,17 @@ def _cluster_busy(ui: str | None) -> dict[str, Any]:
             "alive_workers": doc.get("aliveworkers")}
 
 
+def _cluster_cores(ui: str | None) -> int | None:
+    """The cores of the cluster's live workers (its master's JSON), or None."""
+    if not ui:
+        return None
+    try:
+        with urllib.request.urlopen(f"{ui}/json/", timeout=5) as resp:
+            return int(json.loads(resp.read()).get("cores") or 0)
+    except (OSError, ValueError):
+        return None
+
+
 # --- Postgres -------------------------------------------------------------------------------------
 
 
@@ -230,8 +244,9 @@ class Bundle:
     """A temporary bundle with one notebook job on one production target, driven through the CLI."""
 
     def __init__(self, workdir: Path, master: str, table: str, *, continuous: bool, rows: int,
-                 standby: bool = True) -> None:
-        """``standby`` also sets ``warm_drivers``: one pooled warm driver with, none without."""
+                 standby: bool = True, keep: tuple[int, int] | None = None) -> None:
+        """``standby`` also sets ``warm_drivers``: one pooled warm driver with, none without. ``keep``:
+        (executors the standby keeps warm, ``spark.cores.max`` that leaves them free)."""
         import yaml
 
         self.dir = workdir / "bundle"
@@ -256,6 +271,10 @@ class Bundle:
                                      "config": {"checkpoint_interval_sec": 1, "spark": {"master": master},
                                                 "job_runner": {"standby": standby,
                                                                "warm_drivers": 1 if standby else 0}}}}}
+        if keep is not None:
+            config = doc["targets"]["bench"]["config"]
+            config["spark"]["conf"] = {"spark.cores.max": str(keep[1])}
+            config["job_runner"]["standby_executors"] = keep[0]
         self._doc = doc
         (self.dir / "bundle.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
         # The user's environment (Postgres exports, STREAMLING_CACHE_DIR); no stray bundle variables.
@@ -424,14 +443,15 @@ def _ready_standby(root: Path, pooled: bool = False) -> int | None:
 
 
 def continuous_run(master: str, conninfo: str, cluster_ui: str | None, kill: bool = True,
-                   standby: bool = True) -> dict[str, Any]:
+                   standby: bool = True, keep: tuple[int, int] | None = None) -> dict[str, Any]:
     """deploy → first row; redeploys → first new rows; SIGKILL the driver → first row of the new
-    attempt (unless ``kill`` is False; in the warm standby unless ``standby`` is False); destroy;
-    check the ids."""
+    attempt (unless ``kill`` is False; in the warm standby unless ``standby`` is False, keeping
+    warm executors with ``keep``, see ``Bundle``); destroy; check the ids."""
     table, second = Table(conninfo, f"bj_{uuid.uuid4().hex[:10]}"), Table(conninfo, f"bj_{uuid.uuid4().hex[:10]}")
     out: dict[str, Any] = {"cluster": _cluster_busy(cluster_ui)} if cluster_ui else {}
     with tempfile.TemporaryDirectory(prefix="streamling-bench-bundle-") as tmp:
-        bundle = Bundle(Path(tmp), master, table.name, continuous=True, rows=ROWS_PER_BATCH, standby=standby)
+        bundle = Bundle(Path(tmp), master, table.name, continuous=True, rows=ROWS_PER_BATCH, standby=standby,
+                        keep=keep)
         try:
             t0 = time.time()
             bundle.must("deploy")
@@ -610,14 +630,18 @@ def run(opts: Options) -> ScenarioResult:
                     pair, log)
         sides.update(pair)
         log(f"{NAME} [{name}]: continuous job at {RATE} rows/s, {runs} runs (deploy, kill the driver, destroy)")
-        side = sides.setdefault(f"{name}_continuous", Side(f"{name}_continuous"))
-        cold = sides.setdefault(f"{name}_continuous_cold", Side(f"{name}_continuous_cold"))
+        variants = {"warm standby": (f"{name}_continuous", {"standby": True}),
+                    "no standby": (f"{name}_continuous_cold", {"standby": False})}
+        cores = _cluster_cores(ui)
+        if cores is not None and cores > 1:  # one core for the standby's warm executor, the rest the job's
+            variants["standby keeping a warm executor"] = (f"{name}_continuous_kept",
+                                                            {"standby": True, "keep": (1, cores - 1)})
         for i in range(runs):
-            for standby, into in ((True, side), (False, cold)):  # paired: warm standby, then a cold restart
-                result = _measured(functools.partial(continuous_run, master, conninfo, ui, standby=standby))
-                into.runs.append(result)
-                log(f"  run {i + 1}/{runs} ({'warm standby' if standby else 'no standby'}): deploy → first row "
-                    f"{result['first_row_s']:.1f}s, driver kill → new row {result['recovery_s']:.1f}s")
+            for label, (side_name, options) in variants.items():  # paired, in this order
+                result = _measured(functools.partial(continuous_run, master, conninfo, ui, **options))
+                sides.setdefault(side_name, Side(side_name)).runs.append(result)
+                log(f"  run {i + 1}/{runs} ({label}): deploy → first row {result['first_row_s']:.1f}s, "
+                    f"driver kill → new row {result['recovery_s']:.1f}s")
     return summarize(params, sides, notes)
 
 
@@ -650,6 +674,8 @@ def summarize(params: dict[str, Any], sides: dict[str, Side], notes: list[str]) 
             "  new attempt launched after": (cont.median("restart_launched_s"), "s"),
             "driver SIGKILL → new row (no standby: cold driver)": (sides[f"{name}_continuous_cold"].median(
                 "recovery_s"), "s"),
+            **({"driver SIGKILL → new row (standby keeping a warm executor)": (sides[f"{name}_continuous_kept"].median(
+                "recovery_s"), "s")} if f"{name}_continuous_kept" in sides else {}),
             "standby: driver memory (RSS of the idle driver and its JVM)": (cont.median("standby_rss_mb"), "MB"),
             "new job deployed beside it → its first row (pooled warm driver)": (cont.median("new_job_first_row_s"),
                                                                                   "s"),

@@ -322,3 +322,30 @@ def test_a_command_run_from_a_deleted_folder_says_so(tmp_path: Path, monkeypatch
     err = capsys.readouterr().err
     assert "the current folder no longer exists" in err and "cd into the bundle's folder again" in err
     assert "Traceback" not in err
+
+
+def test_standby_executors_are_warned_where_a_standby_cannot_keep_them(tmp_path: Path) -> None:
+    (tmp_path / "bundle.yml").write_text("""bundle: {name: b}
+targets:
+  local:
+    default: true
+    config: {job_runner: {standby_executors: 1}, spark: {master: 'local[2]'}}
+  chosen:
+    config:
+      job_runner: {standby_executors: 1}
+      spark: {master: 'spark://h:7077', conf: {spark.executor.instances: '2'}}
+  uncapped:
+    config: {job_runner: {standby_executors: 1}, spark: {master: 'spark://h:7077'}}
+  capped:
+    config: {job_runner: {standby_executors: 1}, spark: {master: 'spark://h:7077', conf: {spark.cores.max: '3'}}}
+""")
+    def said(target: str) -> list[str]:
+        return [w for w in _load(tmp_path, target).warnings if "standby_executors" in w]
+
+    [local] = said("local")
+    assert "'standby_executors' has no effect here: the target's master is local[2]" in local
+    [chosen] = said("chosen")
+    assert "has no effect here" in chosen and "spark.executor.instances or spark.dynamicAllocation.*" in chosen
+    [uncapped] = said("uncapped")
+    assert "gets its 1 executor(s) only when that driver dies, cold. Set spark.cores.max" in uncapped
+    assert said("capped") == []

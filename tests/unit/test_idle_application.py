@@ -26,6 +26,13 @@ def test_a_cluster_application_registers_with_no_executor_and_never_gives_claime
     assert conf["spark.dynamicAllocation.executorIdleTimeout"].endswith("d")
 
 
+def test_a_standby_that_keeps_executors_registers_with_them_and_claims_the_rest_later() -> None:
+    conf = idle_conf(_settings("spark://h:7077", {"spark.cores.max": "3"}), keep=1)
+    assert conf is not None
+    assert conf["spark.dynamicAllocation.initialExecutors"] == conf["spark.dynamicAllocation.minExecutors"] == "1"
+    assert conf["spark.dynamicAllocation.enabled"] == "true"
+
+
 def test_no_idle_application_locally_or_where_spark_conf_chooses_the_executors() -> None:
     assert idle_conf(_settings("local[2]")) is None
     assert idle_conf(_settings("spark://h:7077", {"spark.executor.instances": "2"})) is None

@@ -88,6 +88,7 @@ class Builder(JobBuilder, PipelineBuilder):
             config = {}
         self.check_config(config)
         store = self.check_runner_store(config, environ)
+        self.check_standby_executors(config)
         if root_path:
             from streamling.bundle.workspace import root_problem
 
@@ -163,6 +164,29 @@ class Builder(JobBuilder, PipelineBuilder):
                 "runs.db on one host's disk (job_runner.store: sqlite): if that host dies, no runner elsewhere can "
                 "take over its jobs. Set job_runner.store: postgres (see README, Running on a cluster)")
         return store
+
+    def check_standby_executors(self, config: dict[str, Any]) -> None:
+        """``job_runner.standby_executors`` is kept only by a cluster standby that registers early
+        (``session.idle_conf``); elsewhere it has no effect, and without ``spark.cores.max`` the
+        active driver takes every core and leaves none to keep."""
+        runner, spark = as_dict(config.get("job_runner")), as_dict(config.get("spark"))
+        kept = runner.get("standby_executors")
+        if not isinstance(kept, int) or isinstance(kept, bool) or kept <= 0:
+            return
+        master, conf = str(spark.get("master") or "local[*]"), as_dict(spark.get("conf"))
+        path = "config.job_runner.standby_executors"
+        if master.startswith("local"):
+            self.ctx.warn(path, "standby_executors", f"the target's master is {master}: a local standby has no "
+                          "executors to keep (it already holds its whole SparkSession)")
+        elif "spark.executor.instances" in conf or any(str(k).startswith("spark.dynamicAllocation.") for k in conf):
+            self.ctx.warn(path, "standby_executors", "the target's spark.conf chooses the executors itself "
+                          "(spark.executor.instances or spark.dynamicAllocation.*), so a standby keeps only its "
+                          "driver JVM; drop those settings to keep warm executors")
+        elif "spark.cores.max" not in conf:
+            self.ctx.warnings.append(
+                f"{self.ctx.source(path)}: job_runner.standby_executors: the active driver takes every free core "
+                f"of {master} (spark.cores.max is not set), so a standby gets its {kept} executor(s) only when that "
+                "driver dies, cold. Set spark.cores.max to leave them free")
 
     def check_config(self, config: dict[str, Any]) -> None:
         """Runtime settings are checked now, so a typo in targets.<t>.config fails validate, not the first run."""

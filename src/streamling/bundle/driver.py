@@ -771,9 +771,17 @@ class Standby:
         import threading
         import time
 
-        from streamling.runtime.session import build_session, claim_executors, idle_conf, prelaunch, session_key
+        from streamling.runtime.session import (
+            build_session,
+            claim_executors,
+            idle_conf,
+            prelaunch,
+            session_key,
+            warm_executors,
+        )
 
         parent, released, ready, started = os.getppid(), threading.Event(), threading.Event(), time.monotonic()
+        taking_over = threading.Event()
 
         def on_term(*_: Any) -> None:
             if not ready.is_set():
@@ -784,7 +792,7 @@ class Standby:
         threading.Thread(target=leave_with_runner, args=(self.go, parent), name="streamling-standby-watch",
                          daemon=True).start()
         settings, ui, role, plan = self._warm_for()
-        spark, idle, holds = None, False, "a SparkSession"
+        spark, idle, holds, warming, kept = None, False, "a SparkSession", None, 0
         if settings.spark.master.startswith("local"):
             spark = build_session(settings, ui=ui)
             # the first job's one-time costs (code generation, the executor's first task) paid now
@@ -793,7 +801,14 @@ class Standby:
             # On a cluster its application registers with the master but holds no executor until
             # it takes over (they would be cores the active driver may need): the query planner
             # is warmed without running a job.
-            spark, idle, holds = build_session(settings, ui=ui, idle=True), True, "an application without executors"
+            # A task's standby may keep executors of its own, warmed while it waits: taking over then
+            # starts none. A pooled driver keeps none (they would be a standby's).
+            kept = settings.job_runner.standby_executors if self.job is not None else 0
+            spark, idle = build_session(settings, ui=ui, idle=True, keep_executors=kept), True
+            holds = "an application without executors"
+            if kept:
+                holds = f"an application keeping {kept} warm executor(s) (job_runner.standby_executors)"
+                warming = warm_executors(spark, kept, self._modules(plan), taking_over)
         else:
             # The job's Spark settings choose its executors (dynamic allocation or a number): an
             # application registered now could hold some, so the JVM only; its context is made
@@ -802,6 +817,8 @@ class Standby:
             holds = "a driver JVM without a SparkContext (spark.conf chooses the executors)"
         if spark is not None and plan is not None:
             self._analyze(plan, spark)
+        if warming is not None:
+            self._await_warm_up(warming, kept, released)
         ready.set()
         Path(f"{self.go}.ready").write_text(str(os.getpid()))
         log.info("%s (deployment %d) ready in %.1fs with %s: it runs nothing until the runner hands it an attempt",
@@ -809,11 +826,13 @@ class Standby:
         while not self.go.exists():
             if released.is_set() or os.getppid() != parent:
                 log.info("warm standby released (%s)", "asked to stop" if released.is_set() else "its runner is gone")
+                taking_over.set()
                 if spark is not None:
                     spark.stop()
                 return None
             released.wait(self.POLL_SECS)
         attempt = dict(json.loads(self.go.read_text()))
+        taking_over.set()  # a warm-up job still running gives its cores to the first epoch
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the task's own handling takes over (execute)
         if self.job is None:
             self.job, self.task = str(attempt["job"]), str(attempt["task"])
@@ -826,6 +845,28 @@ class Standby:
                  (attempt.get("context") and json.loads(attempt["context"]).get("run_id")), attempt["attempt"],
                  self.task, attempt["deployment"], time.monotonic() - started)
         return attempt
+
+    #: how long a standby that keeps executors waits for them to be warmed before it says it is ready
+    WARM_UP_SECS = 120.0
+
+    def _await_warm_up(self, warming: threading.Thread, kept: int, released: threading.Event) -> None:
+        """Ready once the kept executors are warmed (or the attempt comes first): until then a
+        takeover would still start them. Past ``WARM_UP_SECS`` the master has no cores for them;
+        the standby is ready without them and says so (it keeps asking)."""
+        deadline = time.monotonic() + self.WARM_UP_SECS
+        while warming.is_alive() and time.monotonic() < deadline and not self.go.exists() and not released.is_set():
+            warming.join(self.POLL_SECS)
+        if warming.is_alive() and not self.go.exists() and not released.is_set():
+            log.warning("warm standby: the cluster gave none of its %d executor(s) in %.0fs — the active driver "
+                        "holds every free core; leave room with spark.cores.max. It keeps asking, and takes its "
+                        "executors when it takes over", kept, self.WARM_UP_SECS)
+
+    @staticmethod
+    def _modules(plan: Any) -> tuple[str, ...]:
+        """The modules of the task's nodes (their functions run in the executors' Python workers);
+        streamling's own for a pooled driver, which has no task yet."""
+        nodes = plan.nodes.values() if plan is not None else ()
+        return tuple(sorted({type(node).__module__ for node in nodes} or {"streamling.runtime.nodes"}))
 
     @staticmethod
     def _analyze(plan: Any, spark: Any) -> None:

@@ -180,14 +180,14 @@ def _executor_python() -> str:
 
 
 def build_session(settings: Settings, app_name: str = "streamling", ui: bool = False,
-                  java_options: str = "", idle: bool = False) -> SparkSession:
+                  java_options: str = "", idle: bool = False, keep_executors: int = 0) -> SparkSession:
     """Create (or reuse) the process's SparkSession configured for streamling.
 
     ``ui`` turns Spark's web UI on (its Structured Streaming tab shows every query's progress) on
     the first free port from 4040, for long-running jobs; ``spark.conf`` can still set
     ``spark.ui.enabled`` either way. ``java_options`` are added to the driver JVM's (when this
     process launches it). ``idle``: a cluster application that holds no executor until
-    ``claim_executors`` (``idle_conf``; a standby driver's)."""
+    ``claim_executors`` but ``keep_executors`` (``idle_conf``; a standby driver's)."""
     global _prelaunched
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -198,7 +198,7 @@ def build_session(settings: Settings, app_name: str = "streamling", ui: bool = F
         return active
     builder, shipped = _configure(settings, app_name, ui, java_options,
                                   first_launch=SparkContext._gateway is None or _prelaunched)
-    for key, value in (idle_conf(settings) or {}).items() if idle else ():
+    for key, value in (idle_conf(settings, keep_executors) or {}).items() if idle else ():
         builder = builder.config(key, value)
 
     def launch() -> SparkSession:
@@ -225,14 +225,15 @@ CLAIM_EXECUTORS = 1024
 _NEVER_IDLE = "3650d"
 
 
-def idle_conf(settings: Settings) -> dict[str, str] | None:
-    """Spark settings under which a cluster application registers with no executor and takes
-    them when claimed (``claim_executors``), or None where that cannot be done without changing
-    what the job's executors are: a local master, or Spark settings that already choose the number
-    of executors (dynamic allocation or ``spark.executor.instances``).
+def idle_conf(settings: Settings, keep: int = 0) -> dict[str, str] | None:
+    """Spark settings under which a cluster application registers holding only ``keep`` executors
+    (a waiting standby's ``job_runner.standby_executors``, none by default) and takes the rest
+    when claimed (``claim_executors``), or None where that cannot be done without changing what
+    the job's executors are: a local master, or Spark settings that already choose the number of
+    executors (dynamic allocation or ``spark.executor.instances``).
 
     A standalone master gives an application executors when it registers, unless dynamic
-    allocation starts it at zero; nothing asks for more until ``claim_executors``, and with an idle
+    allocation starts it lower; nothing asks for more until ``claim_executors``, and with an idle
     timeout that never ends and shuffle tracking, the executors it then gets stay as a static
     application's would."""
     conf = settings.spark.conf
@@ -241,9 +242,68 @@ def idle_conf(settings: Settings) -> dict[str, str] | None:
         return None
     return {"spark.dynamicAllocation.enabled": "true",
             "spark.dynamicAllocation.shuffleTracking.enabled": "true",
-            "spark.dynamicAllocation.minExecutors": "0",
-            "spark.dynamicAllocation.initialExecutors": "0",
+            "spark.dynamicAllocation.minExecutors": str(keep),
+            "spark.dynamicAllocation.initialExecutors": str(keep),
             "spark.dynamicAllocation.executorIdleTimeout": _NEVER_IDLE}
+
+
+#: the job group of a standby's warm-up job, cancelled if it still runs when the standby takes over
+_WARM_UP_GROUP = "streamling-standby-warm-up"
+
+
+def _import_in_worker(modules: tuple[str, ...], batches: Any) -> Any:
+    """A warm-up task's function, in a Python worker of an executor: import what the job's own
+    functions will (the worker is reused by the job's tasks), pass no row on."""
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
+    for batch in batches:
+        yield batch.slice(0, 0)
+
+
+def warm_executors(spark: SparkSession, count: int, modules: tuple[str, ...],
+                   stop: threading.Event) -> threading.Thread:
+    """In the background, once ``count`` executors have registered, run one small job with a task
+    per executor core: each executor generates code and starts a Python worker that imports
+    ``modules``, and Spark keeps that worker for the next task. A standby's first epoch then starts
+    on executors that have done it all. ``stop`` (set at takeover) ends the wait; a warm-up job still
+    running then is cancelled (its cores are the first epoch's)."""
+    import functools
+    import time
+
+    def run() -> None:
+        sc = spark.sparkContext
+        started = time.monotonic()
+        try:
+            while not stop.is_set() and sc._jsc.sc().getExecutorIds().size() < count:
+                stop.wait(0.2)
+            if stop.is_set():
+                return
+            registered = time.monotonic()
+            cores = max(1, sc.defaultParallelism)
+            sc.setJobGroup(_WARM_UP_GROUP, "warm-up of the standby's executors", interruptOnCancel=True)
+            (spark.range(0, cores, numPartitions=cores).selectExpr("id", "id * 2 AS twice")
+             .mapInArrow(functools.partial(_import_in_worker, modules), "id bigint, twice bigint").collect())
+        except Exception as exc:  # noqa: BLE001 - only a head start; cancelled at takeover, or the job says why
+            if not stop.is_set():
+                log.info("the standby's executors could not be warmed up (%s); the first epoch does it",
+                         first_line(exc))
+            return
+        log.info("%d executor(s) registered in %.1fs and warmed up in %.1fs (%d task(s); Python workers with %s)",
+                 count, registered - started, time.monotonic() - registered, cores, ", ".join(modules))
+
+    def cancel_on_stop() -> None:
+        stop.wait()
+        try:
+            spark.sparkContext.cancelJobGroup(_WARM_UP_GROUP)
+        except Exception:  # noqa: BLE001 - a standby released and stopped: nothing left to cancel
+            pass
+
+    worker = threading.Thread(target=run, name="streamling-warm-executors", daemon=True)
+    worker.start()
+    threading.Thread(target=cancel_on_stop, name="streamling-warm-executors-cancel", daemon=True).start()
+    return worker
 
 
 def claim_executors(spark: SparkSession) -> None:
