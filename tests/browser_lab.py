@@ -54,9 +54,12 @@ class Lab:
 
 
 def _write_lab_settings(settings_dir: Path) -> None:
-    """Start the notebook's kernel without asking, and no news or update checks (no network)."""
+    """Start the notebook's kernel without asking, and no news or update checks (no network). Comms
+    over kernel subshells off: a widget's request must reach a busy kernel without them (streamling's
+    widgets use the control channel), as in front ends and kernels that have none."""
     files = {
         "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"autoStartDefaultKernel": True},
+        "@jupyterlab/apputils-extension/kernels-settings.jupyterlab-settings": {"commsOverSubshells": "disabled"},
         "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
                                                                             "checkForUpdates": False},
     }

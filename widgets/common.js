@@ -35,3 +35,35 @@ function fmtClock(t) {
   const d = new Date(t * 1000);
   return [d.getHours(), d.getMinutes(), d.getSeconds()].map((x) => String(x).padStart(2, "0")).join(":");
 }
+
+// A request to the widget's kernel (a button, a ping, a download). Where the front end exposes the
+// kernel connection (JupyterLab), it goes on the kernel's control channel, which the kernel reads in
+// a thread of its own even while a cell runs (Run All, `%streamling wait`); elsewhere, or if the
+// kernel does not know the widget, it is a comm message, read between cells. Answers come back as
+// the widget's custom messages either way. Throws only when neither route is open (no kernel).
+function sendToKernel(model, content) {
+  const token = model.get("control_token");
+  const manager = model.widget_manager;
+  const kernel = manager ? manager.kernel : null;
+  if (token && kernel && typeof kernel.sendControlMessage === "function") {
+    try {
+      const id = globalThis.crypto && crypto.randomUUID ? crypto.randomUUID() : `sl-${Date.now()}-${Math.random()}`;
+      const msg = {
+        header: {
+          msg_id: id, msg_type: "streamling_control_request", session: kernel.clientId,
+          username: kernel.username || "", date: new Date().toISOString(), version: "5.3",
+        },
+        parent_header: {}, metadata: {}, content: { token, request: content }, channel: "control", buffers: [],
+      };
+      const future = kernel.sendControlMessage(msg, true, true);
+      future.onReply = (reply) => {
+        if (!reply || !reply.content || reply.content.status !== "ok") model.send(content);
+      };
+      future.done.catch(() => {});
+      return;
+    } catch (err) {
+      // a kernel connection that refuses control messages: the comm below
+    }
+  }
+  model.send(content);
+}

@@ -313,7 +313,11 @@ function render({ model, el }) {
   });
   parquetButton.addEventListener("click", () => {
     note.textContent = "preparing Parquet…";
-    model.send({ type: "parquet" });
+    try {
+      sendToKernel(model, { type: "parquet" });
+    } catch (err) {
+      note.textContent = "no kernel is running this notebook: the Parquet file cannot be made";
+    }
   });
   model.on("msg:custom", (msg, buffers) => {
     if (msg && msg.type === "pong") {
@@ -357,7 +361,7 @@ function render({ model, el }) {
     }
   });
   try {
-    model.send({ type: "ping" });
+    sendToKernel(model, { type: "ping" });
   } catch (err) {
     live = false;
   }

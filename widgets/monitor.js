@@ -604,7 +604,7 @@ function render({ model, el }) {
 
   function send(content) {
     try {
-      model.send(content);
+      sendToKernel(model, content);
     } catch (err) {
       live = false; // no kernel behind the model
       renderHead();

@@ -4,7 +4,7 @@ a notebook that defines a pipeline with the ``%%streamling`` magics and starts i
 One kernel (one Spark start) walks through what a user would look for, in order: the monitor's DAG,
 finalized epochs, rows of the in-flight batch and the rate chart; a SQL mistake shown as one line and
 nothing else; the live result table of `%streamling display`; the epoch breakdown and Spark's progress
-report; the restart and stop buttons; `show`'s
+report; the restart and stop buttons, Stop while another cell keeps the kernel busy; `show`'s
 graph as a picture; then the notebook saved, its kernel gone, and reopened: the monitor renders its
 saved state marked as not live, never a frozen "running" widget. Screenshots land in
 ``tests/artifacts/`` (CI artifacts).
@@ -206,12 +206,17 @@ def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
             " && document.querySelector('[data-testid=sl-status]').textContent.startsWith('running'); }",
             arg=before, timeout=180_000)
         timings["restarted"] = time.monotonic() - started
+        # Stop takes effect while the kernel is busy in another cell: the monitor sends it on the
+        # kernel's control channel (comms over subshells are off in this JupyterLab).
+        _run_cell(page, BUSY_CELL)
+        page.wait_for_function(f"() => ({prompts})()[{BUSY_CELL}].includes('*')", timeout=30_000)
         monitor.locator("[data-testid=sl-stop]").click()
         page.wait_for_function(
             "() => document.querySelector('[data-testid=sl-status]').textContent.startsWith('stopped')",
             timeout=120_000)
-        assert monitor.locator("[data-testid=sl-stop]").is_disabled()
         timings["stopped"] = time.monotonic() - started
+        assert "*" in page.evaluate(f"() => ({prompts})()")[BUSY_CELL], "the busy cell ended before the stop"
+        assert monitor.locator("[data-testid=sl-stop]").is_disabled()
 
         # Saved, kernel gone, reopened: the saved state, marked as such, no "running".
         page.keyboard.press("Control+s")

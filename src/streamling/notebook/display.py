@@ -111,7 +111,6 @@ class ResultView(SummarizedWidget):
         self._unsubscribe: Callable[[], None] | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self.on_msg(self._on_message)
         self._push()
 
     def _waiting_caption(self) -> str:

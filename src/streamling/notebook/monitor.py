@@ -160,7 +160,6 @@ class Monitor(SummarizedWidget):
         self._controller: Callable[[str], None] | None = None
         #: the ``DisplayHandle`` of the output showing this monitor, updated when the run ends
         self.display_handle: Any = None
-        self.on_msg(self._on_message)
 
     # --- construction -----------------------------------------------------------------------------
 

@@ -52,6 +52,9 @@ class ParameterBar(SummarizedWidget):
             if widget is not None and isinstance(value, str):
                 widget.value = value
 
+    def _on_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """The bar sends no requests: its values reach the kernel as a synced trait."""
+
     def summary_text(self) -> str:
         values = self._widgets.values()
         return "parameters: " + (", ".join(f"{n} = {v}" for n, v in values.items()) or "none")

@@ -57,9 +57,17 @@ class SummarizedWidget(anywidget.AnyWidget, metaclass=_WidgetMeta):  # type: ign
     #: kernel is behind the widget even while that kernel is busy (Run All, ``%streamling wait``) and
     #: cannot answer its ping; a notebook reopened from saved widget state gets neither.
     beat = traitlets.Int(0).tag(sync=True)
+    #: names this widget in requests its front end sends on the kernel's control channel, which the
+    #: kernel reads even while a cell runs (``streamling.notebook.control``)
+    control_token = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, **kwargs: Any) -> None:
+        from streamling.notebook import control
+
         super().__init__(**kwargs)
+        self.control_token, self._control_receiver = control.register(lambda request: self._on_message(
+            self, request, []))
+        self.on_msg(self._on_message)
         self._lock = threading.RLock()
         self._dirty = False
         self._last_push = 0.0
@@ -83,6 +91,11 @@ class SummarizedWidget(anywidget.AnyWidget, metaclass=_WidgetMeta):  # type: ign
                 self.beat = self.beat + 1
             except Exception:  # noqa: BLE001 - a closed comm: nothing listens any more
                 return
+
+    @abstractmethod
+    def _on_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """A request from the front end: a comm message, or the same content sent on the kernel's
+        control channel (then in a thread of its own, while a cell may be running)."""
 
     @abstractmethod
     def summary_text(self) -> str:
