@@ -393,7 +393,7 @@ def kill_and_recover(bundle: Bundle, table: Table, standby: bool) -> dict[str, A
     time.sleep(KILL_AFTER_SECS)
     if standby:
         ready = _poll(functools.partial(_ready_standby, bundle.root), WAIT_SECS, "the warm standby")
-        from streamling.bundle.runner import group_rss_mb
+        from streamling.bundle.warm_drivers import group_rss_mb
 
         out["standby_rss_mb"] = group_rss_mb(ready)
     [running] = [a for a in bundle.attempts() if a["state"] == "running"]

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from streamling.bundle.runner import Attempt, Runner, Standby
+from streamling.bundle.runner import Attempt, Runner
+from streamling.bundle.warm_drivers import Standby
 
 RECORD = {"task_key": "main", "kind": "notebook", "fingerprint": "f1"}
 
@@ -29,10 +30,23 @@ def _runner(tmp_path: Path) -> Runner:
     return runner
 
 
+def _keep_standbys(runner: Runner, now: float) -> None:
+    """What a tick of the runner asks of its warm drivers, with the runner's state."""
+    runner.warm.keep_standbys(now, runner.deployment, runner.version, runner.attempts.values(), runner._draining)
+
+
+def _keep_pool(runner: Runner, now: float) -> None:
+    runner.warm.keep_pool(now, runner.deployment, runner.version, runner.attempts.values(), runner._draining)
+
+
+def _take_pooled(runner: Runner, record: dict[str, object], python: str) -> Standby | None:
+    return runner.warm.take_pooled(record, python, runner.deployment)
+
+
 def _fake(runner: Runner, tmp_path: Path, command: str) -> list[Standby]:
     started: list[Standby] = []
 
-    def start(job_key: str, task_key: str, record: dict[str, object]) -> Standby:
+    def start(job_key: str, task_key: str, record: dict[str, object], version: int | None) -> Standby:
         go = tmp_path / f"standby-{len(started)}.go"
         log_path = tmp_path / f"standby-{len(started)}.log"
         log_path.write_text("warming up\n")
@@ -41,7 +55,7 @@ def _fake(runner: Runner, tmp_path: Path, command: str) -> list[Standby]:
         started.append(standby)
         return standby
 
-    runner._start_standby = start  # type: ignore[method-assign]
+    runner.warm._start = start  # type: ignore[method-assign]
     return started
 
 
@@ -50,18 +64,18 @@ def test_a_standby_that_dies_is_dropped_and_retried_after_a_back_off(
     runner = _runner(tmp_path)
     started = _fake(runner, tmp_path, "exit 3")
     now = time.time()
-    runner._keep_standbys(now)
+    _keep_standbys(runner, now)
     assert len(started) == 1
     started[0].proc.wait()
-    assert runner._take_standby("stream", "main", RECORD) is None  # dead: the task starts cold
+    assert runner.warm.take_standby("stream", "main", RECORD) is None  # dead: the task starts cold
     with caplog.at_level(logging.WARNING, logger="streamling.bundle.runner"):
-        runner._keep_standbys(now + 0.1)
+        _keep_standbys(runner, now + 0.1)
     assert "its warm standby driver exited (code 3) before it was needed; see" in caplog.text
     assert str(started[0].log_path) in caplog.text and started[0].log_path.exists()  # its log says why
-    assert runner.standbys == {}
-    runner._keep_standbys(now + 2)
+    assert runner.warm.standbys == {}
+    _keep_standbys(runner, now + 2)
     assert len(started) == 1  # not again before the back-off
-    runner._keep_standbys(now + 6)
+    _keep_standbys(runner, now + 6)
     assert len(started) == 2
     runner.store.close()
 
@@ -69,20 +83,20 @@ def test_a_standby_that_dies_is_dropped_and_retried_after_a_back_off(
 def test_a_standby_for_a_changed_definition_is_released_and_forgotten(tmp_path: Path) -> None:
     runner = _runner(tmp_path)
     started = _fake(runner, tmp_path, "exec sleep 30")
-    runner._keep_standbys(time.time())
+    _keep_standbys(runner, time.time())
     [old] = started
     runner.deployment["jobs"]["stream"]["tasks"][0]["fingerprint"] = "f2"  # type: ignore[index]
-    runner._keep_standbys(time.time())
-    assert runner.standbys["stream", "main"].fingerprint == "f2" and len(started) == 2
+    _keep_standbys(runner, time.time())
+    assert runner.warm.standbys["stream", "main"].fingerprint == "f2" and len(started) == 2
     assert old.proc.wait(timeout=10) == -signal.SIGTERM  # asked to leave
-    runner._keep_standbys(time.time())
+    _keep_standbys(runner, time.time())
     assert not old.log_path.exists()  # a standby that left unused leaves no files
     # a draining runner (bundle destroy) starts none
     runner._draining = True
-    runner.standbys["stream", "main"].release()
-    runner.standbys.clear()
-    runner._keep_standbys(time.time())
-    assert runner.standbys == {}
+    runner.warm.standbys["stream", "main"].release()
+    runner.warm.standbys.clear()
+    _keep_standbys(runner, time.time())
+    assert runner.warm.standbys == {}
     for standby in started:
         standby.proc.kill()
         standby.proc.wait()
@@ -124,24 +138,24 @@ def test_one_pooled_warm_driver_is_kept_for_the_target_and_replaced_when_its_set
     started = _fake(runner, tmp_path, "exec sleep 30")
     try:
         for _ in range(5):  # kept, not started again on every tick
-            runner._keep_pool(time.time())
+            _keep_pool(runner, time.time())
         [pooled] = started
-        assert runner.pool == [pooled] and pooled.job_key == ""
+        assert runner.warm.pool == [pooled] and pooled.job_key == ""
         # a task of the same target takes it; another interpreter (a task's own environment) does not
-        assert runner._take_pooled(RECORD, "/elsewhere/python") is None
-        assert runner._take_pooled({**RECORD, "executes": True}, sys.executable) is None
-        assert runner._take_pooled(RECORD, sys.executable) is pooled and runner.pool == []
-        runner._keep_pool(time.time())
+        assert _take_pooled(runner, RECORD, "/elsewhere/python") is None
+        assert _take_pooled(runner, {**RECORD, "executes": True}, sys.executable) is None
+        assert _take_pooled(runner, RECORD, sys.executable) is pooled and runner.warm.pool == []
+        _keep_pool(runner, time.time())
         [_, second] = started
         # the target's settings change: the driver warmed for the old ones leaves and a new one comes
         runner.deployment["config"] = {"spark": {"master": "local[2]", "conf": {"spark.x": "1"}}}  # type: ignore[index]
-        assert runner._take_pooled(RECORD, sys.executable) is None  # never handed a stale session
-        runner._keep_pool(time.time())
+        assert _take_pooled(runner, RECORD, sys.executable) is None  # never handed a stale session
+        _keep_pool(runner, time.time())
         assert second.proc.wait(timeout=10) == -signal.SIGTERM
-        assert len(started) == 3 and runner.pool == [started[2]]
+        assert len(started) == 3 and runner.warm.pool == [started[2]]
         runner.deployment["config"] = {"job_runner": {"warm_drivers": 0}}  # type: ignore[index]
-        runner._keep_pool(time.time())
-        assert runner.pool == [] and started[2].proc.wait(timeout=10) == -signal.SIGTERM
+        _keep_pool(runner, time.time())
+        assert runner.warm.pool == [] and started[2].proc.wait(timeout=10) == -signal.SIGTERM
     finally:
         for standby in started:
             standby.proc.kill()
@@ -154,14 +168,14 @@ def test_a_pooled_driver_that_cannot_warm_up_is_named_with_its_log_and_retried_a
     runner = _runner(tmp_path)
     started = _fake(runner, tmp_path, "exit 2")  # e.g. a target config its session cannot start with
     now = time.time()
-    runner._keep_pool(now)
+    _keep_pool(runner, now)
     started[0].proc.wait()
-    assert runner._take_pooled(RECORD, sys.executable) is None  # dead: the task starts cold
+    assert _take_pooled(runner, RECORD, sys.executable) is None  # dead: the task starts cold
     with caplog.at_level(logging.WARNING, logger="streamling.bundle.runner"):
-        runner._keep_pool(now + 0.1)
+        _keep_pool(runner, now + 0.1)
     assert f"a pooled warm driver exited (code 2) before it was needed; see {started[0].log_path}" in caplog.text
-    assert runner.pool == [] and len(started) == 1  # not again before the back-off
-    runner._keep_pool(now + 6)
+    assert runner.warm.pool == [] and len(started) == 1  # not again before the back-off
+    _keep_pool(runner, now + 6)
     assert len(started) == 2
     for standby in started:
         standby.proc.kill()

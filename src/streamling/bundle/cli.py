@@ -231,7 +231,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_summary(args: argparse.Namespace) -> int:
     from streamling.bundle.deploy import build
-    from streamling.bundle.runner import pool_state, standby_state
+    from streamling.bundle.warm_drivers import pool_state, standby_state
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)

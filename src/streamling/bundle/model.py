@@ -25,6 +25,14 @@ UNSUPPORTED_PAYLOADS = ("dbt_task",
 PauseStatus = Literal["PAUSED", "UNPAUSED"]
 
 
+def unpaused(section: Any) -> bool:
+    """A deployed job's continuous section (its pause status), schedule or periodic trigger that should fire."""
+    if not section:
+        return False
+    status = section.get("pause_status") if isinstance(section, dict) else section
+    return str(status or "UNPAUSED").upper() == "UNPAUSED"
+
+
 @dataclass
 class ForEach:
     """A for-each task's inputs (a JSON array, or a reference to one), how many iterations run at once,

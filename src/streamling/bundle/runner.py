@@ -22,6 +22,10 @@ and renews it every tick; the others stand by and take the lease once it expires
 its own host; a driver on another host is fenced (see ``streamling.bundle.store``): it stops at
 once, and its task starts again here from its checkpoint. A runner that cannot renew its lease
 stops supervising before the lease can pass to another, so two never act at once.
+
+Drivers warmed ahead of need (a continuous task's standby, the target's pooled warm drivers) are kept
+by ``streamling.bundle.warm_drivers``, which the runner calls each tick and whenever it launches an
+attempt.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -46,7 +49,9 @@ from typing import Any
 
 from streamling.bundle import handover
 from streamling.bundle.cron import QuartzSchedule
+from streamling.bundle.model import unpaused
 from streamling.bundle.store import Store, StoreUnavailable
+from streamling.bundle.warm_drivers import WarmDrivers
 from streamling.bundle.workspace import Workspace
 from streamling.errors import StreamlingError
 from streamling.util import process_alive
@@ -61,13 +66,6 @@ IDLE_EXIT_SECS = 15.0
 PERIOD_UNIT_SECS = {"MINUTES": 60, "HOURS": 3600, "DAYS": 86400, "WEEKS": 604800}
 CONTINUOUS_BACKOFF_MAX_SECS = 300.0
 CONTINUOUS_BACKOFF_MIN_SECS = 1.0
-
-#: a driver younger than this that has not committed an epoch is still starting: no warm driver is
-#: started beside it (two JVM starts on the same cores slow both)
-STARTING_SECS = 60.0
-#: the file stem of pooled warm drivers under ``logs/standby/`` (a standby's is ``<job>.<task>``)
-POOL_STEM = "_pool"
-
 
 #: how often a runner looks for a new version on an object-store root
 REMOTE_POLL_SECS = 1.0
@@ -131,102 +129,11 @@ class Attempt:
         return self.proc.returncode if self.proc is not None else -9
 
 
-def _committed(log_path: Path) -> bool:
-    """Whether an attempt's driver has committed an epoch (its figures file says so)."""
-    try:
-        figures = json.loads(Path(f"{log_path}.stats.json").read_text())
-        return int(figures["checkpoint"]["epochs_succeeded"]) > 0
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-
-
 def _exit_file_code(log_path: Path) -> int | None:
     try:
         return int(Path(f"{log_path}.exit").read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-@dataclass
-class Standby:
-    """A warm driver waiting to replace a task's active one (see ``bundle.driver.Standby``)."""
-
-    job_key: str
-    task_key: str
-    fingerprint: str  #: the task definition it was warmed for: another one needs another JVM
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    go_file: Path
-    started: float
-
-    @property
-    def ready(self) -> bool:
-        return Path(f"{self.go_file}.ready").exists()
-
-    def release(self) -> None:
-        """Ask it to leave (it stops its SparkSession and exits); reaped by ``_keep_standbys``."""
-        try:
-            self.proc.send_signal(signal.SIGTERM)
-        except OSError:
-            pass
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-
-    def forget(self) -> None:
-        """Remove the files of a standby that left unused."""
-        for path in (self.log_path, Path(f"{self.go_file}.ready"), self.go_file):
-            path.unlink(missing_ok=True)
-
-
-def _died(driver: Standby, code: int, failures: int, now: float, what: str) -> tuple[int, float]:
-    """A warm driver (standby or pooled) that exited before it was needed: said once with its log
-    (which stays: it says why), and the next one not before a back-off that doubles per failure
-    (5 s up to 5 min). Returns the failures so far and the time the next may start."""
-    Path(f"{driver.go_file}.ready").unlink(missing_ok=True)
-    log.warning("%s exited (code %s) before it was needed; see %s", what, code, driver.log_path)
-    return failures + 1, now + min(300.0, 5.0 * 2 ** failures)
-
-
-def pool_state(ws: Workspace) -> list[str]:
-    """What ``bundle summary`` says of the target's pooled warm drivers on this host
-    (``job_runner.warm_drivers``): one ``ready (pid, memory)`` or ``warming up`` each."""
-    return [state for state in (_warm_state(log_path) for log_path in
-                                sorted((ws.logs / "standby").glob(f"{POOL_STEM}.*.log"))) if state is not None]
-
-
-def _warm_state(log_path: Path) -> str | None:
-    ready = log_path.with_name(log_path.name.removesuffix(".log") + ".go.ready")
-    try:
-        pid = int(ready.read_text())
-    except (OSError, ValueError):
-        return "warming up"
-    if not process_alive(pid):
-        return None
-    return f"ready (pid {pid}, {group_rss_mb(pid):.0f} MB)"
-
-
-def standby_state(ws: Workspace, job_key: str, task_key: str) -> str | None:
-    """What ``bundle summary`` says of a task's warm standby on this host: ``ready (pid, memory)``,
-    ``warming up``, or None when it has none (its files are removed when it leaves)."""
-    for log_path in sorted((ws.logs / "standby").glob(f"{job_key}.{task_key}.*.log")):
-        state = _warm_state(log_path)
-        if state is not None:
-            return state
-    return None
-
-
-def group_rss_mb(pgid: int) -> float:
-    """Resident memory of the processes of group ``pgid`` (a driver: its Python and its JVM), in MB."""
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) != pgid:
-                continue
-            status = (stat.parent / "status").read_text()
-        except (OSError, IndexError, ValueError):
-            continue
-        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-    return total / 1024
 
 
 def host_name() -> str:
@@ -258,11 +165,7 @@ class Runner:
         self._continuous_ended = False
         self._idle_since: float | None = None
         self._draining = False  #: the target is being destroyed: no run starts any more
-        self.standbys: dict[tuple[str, str], Standby] = {}
-        self.pool: list[Standby] = []  #: pooled warm drivers (job_runner.warm_drivers), for any task
-        self._released: list[Standby] = []  # asked to leave, not reaped yet
-        self._standby_retry: dict[tuple[str, str], tuple[int, float]] = {}  # failures, not before
-        self._pool_retry: tuple[int, float] = (0, 0.0)  # failures, not before
+        self.warm = WarmDrivers(self.ws)  #: standbys and pooled warm drivers on this host
 
     # --- main loop --------------------------------------------------------------------------------
 
@@ -298,8 +201,7 @@ class Runner:
                 self._wake.wait(TICK_SECS)
                 self._wake.clear()
         finally:
-            for standby in [*self.standbys.values(), *self.pool]:
-                standby.release()
+            self.warm.release_all()
             self.store.close()
 
     def _follow_remote(self) -> None:
@@ -373,8 +275,8 @@ class Runner:
             # one: its warm standby takes over half a second sooner.
             self._fire_triggers(time.time())
             self._advance_runs(time.time())
-        self._keep_standbys(now)
-        self._keep_pool(now)
+        self.warm.keep_standbys(now, self.deployment, self.version, self.attempts.values(), self._draining)
+        self.warm.keep_pool(now, self.deployment, self.version, self.attempts.values(), self._draining)
 
     def _idle(self) -> bool:
         busy = bool(self.attempts) or bool(self.store.runs(active_only=True, limit=1)) \
@@ -387,7 +289,7 @@ class Runner:
 
     def _has_live_triggers(self) -> bool:
         for job in (self.deployment or {}).get("jobs", {}).values():
-            if _unpaused(job.get("continuous")) or _unpaused(job.get("schedule")) or _unpaused(job.get("periodic")):
+            if unpaused(job.get("continuous")) or unpaused(job.get("schedule")) or unpaused(job.get("periodic")):
                 return True
         return False
 
@@ -514,11 +416,7 @@ class Runner:
                 ids = [r.id for r in self.store.runs(active_only=True, limit=1000)]
                 for run_id in ids:
                     self._cancel_run(run_id, "cancelled: the target is being destroyed")
-                for standby in [*self.standbys.values(), *self.pool]:
-                    standby.release()
-                    self._released.append(standby)
-                self.standbys.clear()
-                self.pool.clear()
+                self.warm.release_all()
                 result = {"cancelled": ids}
             elif kind == "cancel_job":
                 ids = [r.id for r in self.store.runs(job_key, active_only=True, limit=1000)]
@@ -565,14 +463,14 @@ class Runner:
         for key, job in self.deployment["jobs"].items():
             state = self.store.job_state(key)
             last = state["last_fire"] if state and state["last_fire"] else None
-            if _unpaused(job.get("continuous")):
+            if unpaused(job.get("continuous")):
                 not_before = float(state["not_before"] or 0) if state else 0.0
                 if not self.store.runs(key, active_only=True, limit=1) and now >= not_before:
                     self.store.set_job_state(key, last_fire=now)
                     self._create_run(key, "continuous", {})
                 continue
             schedule = job.get("schedule")
-            if _unpaused(schedule):
+            if unpaused(schedule):
                 spec = (schedule["quartz_cron_expression"], schedule.get("timezone_id") or "UTC")
                 cron = self._schedules.get(spec) or self._schedules.setdefault(spec, QuartzSchedule(*spec))
                 due = cron.next_after(datetime.fromtimestamp(last or deployed_at, UTC)).timestamp()
@@ -580,7 +478,7 @@ class Runner:
                     self.store.set_job_state(key, last_fire=now)
                     self._create_run(key, "schedule", {})
             periodic = job.get("periodic")
-            if _unpaused(periodic):
+            if unpaused(periodic):
                 every = int(periodic["interval"]) * PERIOD_UNIT_SECS[periodic["unit"]]
                 if now >= (last or deployed_at) + every:
                     self.store.set_job_state(key, last_fire=now)
@@ -636,9 +534,9 @@ class Runner:
                "--deployment", str(self.version), "--job", job_key, "--task", task_key,
                "--params", json.dumps(params), "--exit-file", f"{log_path}.exit", "--attempt", str(attempt_id),
                "--context", json.dumps(context)]
-        standby = self._take_standby(job_key, task_key, record) if not launcher else None
+        standby = self.warm.take_standby(job_key, task_key, record) if not launcher else None
         if standby is None and not launcher:
-            standby = self._take_pooled(record, python)
+            standby = self.warm.take_pooled(record, python, self.deployment)
         if standby is not None:
             # Its log becomes the attempt's (the process keeps writing to the same file), then the go
             # file hands it the attempt: it runs exactly what the command below would.
@@ -666,155 +564,6 @@ class Runner:
                                             log_path, time.time(), proc)
         log.info("run %d task '%s' attempt %d started (pid %d, deployment %d)", run_id, task_key, number, proc.pid,
                  self.version)
-
-    # --- warm standby drivers -----------------------------------------------------------------------
-
-    def _standby_wanted(self, job_key: str, record: dict[str, Any]) -> bool:
-        """A continuous job's pipeline task gets a warm standby when ``job_runner.standby`` says so
-        (``auto``: on a production-mode target; off in development, where a second JVM per job costs
-        memory on a laptop and a restart's delay matters less). On a cluster the standby is a driver
-        JVM without a SparkContext: no application of its own, no executors held."""
-        deployment = self.deployment or {}
-        job = deployment.get("jobs", {}).get(job_key) or {}
-        if not _unpaused(job.get("continuous")) or record.get("kind") != "notebook" or record.get("executes"):
-            return False
-        config = deployment.get("config") or {}
-        wanted = (config.get("job_runner") or {}).get("standby", "auto")
-        if wanted == "auto":
-            return deployment.get("mode") == "production"
-        return bool(wanted)
-
-    def _keep_standbys(self, now: float) -> None:
-        """A ready standby for each task that wants one once its first driver runs; kept while the
-        deployed definition is the one it was warmed for (it is needed exactly when that driver has
-        ended), replaced when it changes or dies."""
-        eligible: dict[tuple[str, str], dict[str, Any]] = {}
-        for job_key, job in ((self.deployment or {}).get("jobs") or {}).items():
-            for record in job.get("tasks") or []:
-                if self._standby_wanted(job_key, record):
-                    eligible[(job_key, str(record["task_key"]))] = record
-        # once the task's driver has committed an epoch: a standby started beside a cold driver would
-        # slow its start (and, on a cluster, could take the executors it waits for)
-        running: set[tuple[str, str]] = set()
-        for a in self.attempts.values():
-            if (a.job_key, a.task_key) in eligible and not a.remote and a.stopping is None:
-                a.committed = a.committed or _committed(a.log_path)
-                if a.committed:
-                    running.add((a.job_key, a.task_key))
-        for key, standby in list(self.standbys.items()):
-            code = standby.proc.poll()
-            if code is not None:
-                del self.standbys[key]
-                self._standby_retry[key] = _died(standby, code, self._standby_retry.get(key, (0, 0.0))[0], now,
-                                                 f"job '{key[0]}' task '{key[1]}': its warm standby driver")
-            elif key not in eligible or eligible[key]["fingerprint"] != standby.fingerprint:
-                del self.standbys[key]
-                standby.release()
-                self._released.append(standby)
-        for gone in [s for s in self._released if s.proc.poll() is not None]:
-            self._released.remove(gone)
-            gone.forget()
-        for key, record in eligible.items():
-            if self._draining or key not in running or key in self.standbys:
-                continue
-            if now >= self._standby_retry.get(key, (0, 0.0))[1]:
-                self.standbys[key] = self._start_standby(key[0], key[1], record)
-
-    def _start_standby(self, job_key: str, task_key: str, record: dict[str, Any]) -> Standby:
-        """A warm standby for one task (or, with no job and task, a pooled warm driver)."""
-        assert self.version is not None
-        folder = self.ws.logs / "standby"
-        folder.mkdir(parents=True, exist_ok=True)
-        stem = f"{job_key}.{task_key}.{time.time_ns()}" if job_key else f"{POOL_STEM}.{time.time_ns()}"
-        log_path, go_file = folder / f"{stem}.log", folder / f"{stem}.go"
-        python, fingerprint = record.get("python") or sys.executable, str(record["fingerprint"])
-        cmd = [python, "-m", "streamling.bundle.driver", "--root", str(self.ws.root), "--deployment",
-               str(self.version), *(["--job", job_key, "--task", task_key] if job_key else []), "--standby",
-               str(go_file)]
-        with open(log_path, "ab") as out:
-            # stdin is a pipe this runner holds: when the runner dies, however, the standby sees EOF and leaves
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
-                                    start_new_session=True, cwd=str(self.ws.root))
-        if job_key:
-            log.info("job '%s' task '%s': warm standby driver started (pid %d, deployment %d)", job_key, task_key,
-                     proc.pid, self.version)
-        else:
-            log.info("pooled warm driver started (pid %d, deployment %d): the next task without a standby takes it",
-                     proc.pid, self.version)
-        return Standby(job_key, task_key, fingerprint, proc, log_path, go_file, time.time())
-
-    def _take_standby(self, job_key: str, task_key: str, record: dict[str, Any]) -> Standby | None:
-        """The task's standby for this definition, if it has one (else it starts cold). One still
-        warming up takes the attempt when it is ready: sooner than a cold driver started now."""
-        standby = self.standbys.get((job_key, task_key))
-        if standby is None or standby.proc.poll() is not None or standby.fingerprint != record.get("fingerprint"):
-            return None
-        del self.standbys[(job_key, task_key)]
-        self._standby_retry.pop((job_key, task_key), None)
-        return standby
-
-    # --- pooled warm drivers ------------------------------------------------------------------------
-
-    def _pool_size(self) -> int:
-        """How many pooled warm drivers the live deployment wants (``job_runner.warm_drivers``;
-        ``auto``: one on a production-mode target that has a task one can serve — a notebook of
-        ``%%streamling`` cells —, none in development, as for standbys)."""
-        deployment = self.deployment or {}
-        wanted = ((deployment.get("config") or {}).get("job_runner") or {}).get("warm_drivers", "auto")
-        if wanted != "auto":
-            return int(wanted)
-        servable = any(t.get("kind") == "notebook" and not t.get("executes")
-                       for job in (deployment.get("jobs") or {}).values() for t in job.get("tasks") or [])
-        return 1 if deployment.get("mode") == "production" and servable else 0
-
-    def _pool_key(self) -> str:
-        """The target-level settings a pooled driver is warmed for: another deployment's config needs
-        another JVM (its tasks would not fit the session), the same one does not."""
-        config = (self.deployment or {}).get("config") or {}
-        return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-    def _keep_pool(self, now: float) -> None:
-        """Keep ``_pool_size`` pooled drivers, warmed for the live deployment's settings: reap the dead,
-        release those warmed for other settings, and start new ones, not beside a driver that is still
-        starting (it would slow that start)."""
-        key = self._pool_key()
-        for driver in list(self.pool):
-            code = driver.proc.poll()
-            if code is not None:
-                self.pool.remove(driver)
-                self._pool_retry = _died(driver, code, self._pool_retry[0], now, "a pooled warm driver")
-            elif driver.fingerprint != key:
-                self.pool.remove(driver)
-                driver.release()
-                self._released.append(driver)
-        size = self._pool_size()
-        while len(self.pool) > size:
-            driver = self.pool.pop()
-            driver.release()
-            self._released.append(driver)
-        starting = False
-        for a in self.attempts.values():
-            if not a.remote and a.stopping is None and not a.committed and now - a.started < STARTING_SECS:
-                a.committed = _committed(a.log_path)
-                starting = starting or not a.committed
-        if self._draining or starting or len(self.pool) >= size or now < self._pool_retry[1]:
-            return
-        self.pool.append(self._start_standby("", "", {"fingerprint": key}))
-
-    def _take_pooled(self, record: dict[str, Any], python: str) -> Standby | None:
-        """A pooled warm driver for a task that has no standby of its own: a notebook pipeline task
-        on streamling's own interpreter (a task with libraries runs on its own environment's). The
-        first ready one, else one still warming up (sooner than a cold start)."""
-        if record.get("kind") != "notebook" or record.get("executes") or python != sys.executable:
-            return None
-        key = self._pool_key()
-        alive = [d for d in self.pool if d.proc.poll() is None and d.fingerprint == key]
-        if not alive:
-            return None
-        driver = next((d for d in alive if d.ready), alive[0])
-        self.pool.remove(driver)
-        self._pool_retry = (0, 0.0)
-        return driver
 
     def _push_log(self, attempt: Attempt) -> None:
         """An ended attempt's log to the object-store root (off the supervision loop: a slow store
@@ -1255,14 +1004,6 @@ def _notebook_output(log_path: Path) -> str | None:
     except (OSError, ValueError):
         return None
     return str(data.get("result", "")) if isinstance(data, dict) else None
-
-
-def _unpaused(section: Any) -> bool:
-    """A continuous job (its pause status), a schedule or a periodic trigger that should fire."""
-    if not section:
-        return False
-    status = section.get("pause_status") if isinstance(section, dict) else section
-    return str(status or "UNPAUSED").upper() == "UNPAUSED"
 
 
 def _why_no_swap(before: dict[str, Any] | None, after: dict[str, Any], status: dict[str, Any] | None) -> str | None:
