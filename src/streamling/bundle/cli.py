@@ -405,7 +405,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def _iterations(store: Any, run_id: int, task_key: str) -> list[dict[str, Any]]:
     """A for-each task's iterations in input order: each ran as a run of the task's hidden job."""
-    from streamling.bundle.runner import ITERATION_INDEX, ITERATION_INPUT
+    from streamling.bundle.control_flow import ITERATION_INDEX, ITERATION_INPUT
 
     out: list[dict[str, Any]] = []
     for child in reversed(store.child_runs(run_id, task_key)):  # oldest first: the order they started
