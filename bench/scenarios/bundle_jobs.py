@@ -22,9 +22,12 @@ executors on the two one-core workers). Everything goes through the CLI as a use
   one warm executor (``job_runner.standby_executors: 1``, the job capped at the other cores with
   ``spark.cores.max``).
 - **throughput**: the same notebook on a bounded source (200,000 rows, 20,000 per epoch) as a
-  one-off job, ``streamling bundle run load``. Next to it, the hand-written job of
-  ``generate_sql_postgres`` (same ``generate`` source, ``foreachBatch`` collecting Arrow, CSV,
-  ``COPY`` into a staging table, one upsert per batch) with the projection instead of the filter,
+  one-off job, ``streamling bundle run load``, on a target without pooled warm drivers; and once more
+  with one (``warm_drivers: 1``): the runner starts that driver's JVM once the job has committed its
+  first epoch, on the same cores, and the ratio of the two is what that start costs a short job.
+  Next to them, the hand-written job of ``generate_sql_postgres`` (same ``generate`` source,
+  ``foreachBatch`` collecting Arrow, CSV, ``COPY`` into a staging table, one upsert per batch) with
+  the projection instead of the filter,
   run as its own process with a session from streamling's ``build_session`` on the same master
   (``python -m scenarios.bundle_jobs --handwritten …``). Rows/s is taken from Spark's checkpoint on
   both sides: source rows ÷ (mtime of the last ``commits/N`` − mtime of ``offsets/0``), i.e. the
@@ -482,13 +485,14 @@ def continuous_run(master: str, conninfo: str, cluster_ui: str | None, kill: boo
     return out
 
 
-def bundle_run(master: str, conninfo: str, rows: int, cluster_ui: str | None) -> dict[str, Any]:
+def bundle_run(master: str, conninfo: str, rows: int, cluster_ui: str | None, pooled: bool = False) -> dict[str, Any]:
     """``bundle run load`` of the bounded job on a fresh root; times from the runner's store,
-    the driver's exit file and the checkpoint."""
+    the driver's exit file and the checkpoint. ``pooled``: the target keeps a pooled warm driver
+    (``warm_drivers: 1``), which the runner starts once the job has committed its first epoch."""
     table = Table(conninfo, f"bj_{uuid.uuid4().hex[:10]}")
     out: dict[str, Any] = {"cluster": _cluster_busy(cluster_ui)} if cluster_ui else {}
     with tempfile.TemporaryDirectory(prefix="streamling-bench-bundle-") as tmp:
-        bundle = Bundle(Path(tmp), master, table.name, continuous=False, rows=rows)
+        bundle = Bundle(Path(tmp), master, table.name, continuous=False, rows=rows, standby=pooled)
         try:
             bundle.must("deploy")
             t0 = time.time()
@@ -624,9 +628,11 @@ def run(opts: Options) -> ScenarioResult:
     sides: dict[str, Side] = {}
     for name, (master, ui) in targets.items():
         log(f"{NAME} [{name}, {master}]: throughput, {rows:,} rows, {runs} runs after a warm-up per side")
-        pair = {f"{name}_bundle_run": Side(f"{name}_bundle_run"), f"{name}_handwritten": Side(f"{name}_handwritten")}
+        pair = {f"{name}_{side}": Side(f"{name}_{side}") for side in ("bundle_run", "handwritten", "bundle_run_pooled")}
         interleaved(runs, {f"{name}_bundle_run": functools.partial(bundle_run, master, conninfo, rows, ui),
-                           f"{name}_handwritten": functools.partial(handwritten_run, master, conninfo, rows, ui)},
+                           f"{name}_handwritten": functools.partial(handwritten_run, master, conninfo, rows, ui),
+                           f"{name}_bundle_run_pooled": functools.partial(bundle_run, master, conninfo, rows, ui,
+                                                                          pooled=True)},
                     pair, log)
         sides.update(pair)
         log(f"{NAME} [{name}]: continuous job at {RATE} rows/s, {runs} runs (deploy, kill the driver, destroy)")
@@ -686,6 +692,8 @@ def summarize(params: dict[str, Any], sides: dict[str, Side], notes: list[str]) 
             "hand-written: epochs rows/s": (hw.median("rows_per_s"), "rows/s"),
             "bundle run: rows/s after the 1st epoch": (job.median("steady_rows_per_s"), "rows/s"),
             "hand-written: rows/s after the 1st epoch": (hw.median("steady_rows_per_s"), "rows/s"),
+            "bundle run, a pooled warm driver starting beside it: rows/s after the 1st epoch": (
+                sides[f"{name}_bundle_run_pooled"].median("steady_rows_per_s"), "rows/s"),
             "bundle run: 1st epoch": (job.median("first_epoch_s"), "s"),
             "hand-written: 1st epoch": (hw.median("first_epoch_s"), "s"),
             "bundle run: driver launch → job done": (job.median("job_s"), "s"),
@@ -699,6 +707,9 @@ def summarize(params: dict[str, Any], sides: dict[str, Side], notes: list[str]) 
         result.ratios[f"{name} epochs rows/s"] = paired_ratio(job, hw, "rows_per_s")
         result.ratios[f"{name} rows/s after 1st epoch"] = paired_ratio(job, hw, "steady_rows_per_s")
         result.ratios[f"{name} job wall"] = paired_ratio(job, hw, "job_s", higher_is_better=False)
+        # what a pooled warm driver's start costs a short job on the same cores (once per deploy)
+        result.ratios[f"{name} rows/s after 1st epoch, pooled driver starting beside the job vs not"] = paired_ratio(
+            sides[f"{name}_bundle_run_pooled"], job, "steady_rows_per_s")
         for side in (job, hw):
             wrong = sorted({r["table_rows"] for r in side.runs if r["table_rows"] != params["rows"]})
             if wrong:
