@@ -32,3 +32,34 @@ def test_parameters_bind_as_literals_outside_strings_and_as_text_in_legacy_refer
                            "AND note = ':floor' AND x::int = 1 AND y = :unknown", values) == (
         "SELECT * FROM delta.`/data/lake` WHERE amount >= '100' AND who = 'o\\'brien' "
         "AND note = ':floor' AND x::int = 1 AND y = :unknown")
+
+
+def test_a_child_notebooks_timeout_reaches_a_thread_other_than_the_main_one() -> None:
+    """``dbutils.notebook.run`` called from a worker thread (notebooks run in parallel): no signal
+    can reach that thread, so its deadline raises ``TimeoutError`` in it; a cancelled one does not."""
+    import threading
+    import time
+
+    from streamling.bundle.notebook_job import _deadline
+
+    outcome: list[str] = []
+
+    def child(timeout: float, work_secs: float) -> None:
+        deadline = _deadline(timeout, "child")
+        try:
+            end = time.monotonic() + work_secs
+            while time.monotonic() < end:
+                time.sleep(0.01)
+            outcome.append("finished")
+        except TimeoutError:
+            outcome.append("timed out")
+        finally:
+            if deadline is not None:
+                deadline.cancel()
+
+    for timeout, work in ((0.2, 5.0), (5.0, 0.2)):
+        worker = threading.Thread(target=child, args=(timeout, work))
+        worker.start()
+        worker.join(10)
+        assert not worker.is_alive()
+    assert outcome == ["timed out", "finished"]

@@ -152,6 +152,8 @@ class NotebookJob:
         self.shell: Any = None
         self.spark: SparkSession | None = None
         self.pipeline: NotebookPipeline | None = None
+        #: ``dbutils.notebook.run`` children run one at a time: they take turns with this driver's shell
+        self._child_lock = threading.RLock()
 
     # --- the run ----------------------------------------------------------------------------------
 
@@ -301,7 +303,8 @@ class NotebookJob:
         from streamling.notebook.dbutils import dbutils
 
         assert self.spark is not None
-        values = dbutils.widgets.getAll()
+        # a child notebook's (dbutils.notebook.run) own widget values, else the job's
+        values = self.shell.user_ns.get("dbutils", dbutils).widgets.getAll()
         result: DataFrame | None = None
         for statement in split_sql(body):
             result = self.spark.sql(bind_parameters(statement, values))
@@ -343,29 +346,38 @@ class NotebookJob:
         print(html)
 
     def run_notebook(self, path: str, timeout_seconds: int, arguments: dict[str, Any]) -> str:
-        """``dbutils.notebook.run``: the notebook at ``path`` (relative to this one) runs in a namespace
-        of its own with ``arguments`` as its widgets' values; its exit value is returned."""
+        """``dbutils.notebook.run``: the notebook at ``path`` (relative to this one) runs as a notebook
+        of its own, as on Databricks: its own namespace (a module of its own: the caller's globals are
+        never touched, so the caller's threads and functions keep theirs), its own SparkSession
+        (``newSession``: the same Spark context, its own temporary views and SQL settings) and
+        ``arguments`` as its widgets' values; its exit value is returned. Called from several threads
+        (Databricks' way to run notebooks in parallel), the children take turns with this driver's
+        shell; each gets the same result it would get alone."""
         from streamling.notebook.dbutils import PARAMETERS_ENV, DBUtils
 
         target = run_target(self.folder, path)
         environ = {**os.environ, PARAMETERS_ENV: json.dumps({k: str(v) for k, v in arguments.items()})}
-        saved = dict(self.shell.user_ns)
-        child = DBUtils(environ)
-        child.notebook = saved["dbutils"].notebook
-        self.shell.user_ns.clear()
-        self.shell.user_ns.update({k: saved[k] for k in ("spark", "sc", "display", "displayHTML") if k in saved},
-                                  dbutils=child, __name__="__main__", __builtins__=saved.get("__builtins__"))
-        timer = _deadline(timeout_seconds, target.name)
-        try:
-            self._cells(read_notebook(target), target.name, target.parent, depth=1)
-            return ""
-        except NotebookExit as done:
-            return done.value
-        finally:
-            if timer is not None:
-                timer.cancel()
-            self.shell.user_ns.clear()
-            self.shell.user_ns.update(saved)
+        with self._child_lock:
+            parent_module, parent_ns, parent_spark = self.shell.user_module, self.shell.user_ns, self.spark
+            child = DBUtils(environ)
+            child.notebook = parent_ns["dbutils"].notebook
+            module = types.ModuleType("__main__")
+            module.__dict__.update({k: parent_ns[k] for k in ("display", "displayHTML") if k in parent_ns},
+                                   dbutils=child, __builtins__=parent_ns.get("__builtins__"))
+            if parent_spark is not None:
+                self.spark = parent_spark.newSession()
+                module.__dict__.update(spark=self.spark, sc=self.spark.sparkContext)
+            self.shell.user_module, self.shell.user_ns = module, module.__dict__
+            timer = _deadline(timeout_seconds, target.name)
+            try:
+                self._cells(read_notebook(target), target.name, target.parent, depth=1)
+                return ""
+            except NotebookExit as done:
+                return done.value
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                self.shell.user_module, self.shell.user_ns, self.spark = parent_module, parent_ns, parent_spark
 
     # --- the end ----------------------------------------------------------------------------------
 
@@ -474,10 +486,40 @@ def _show(frame: DataFrame, title: str | None, rows: int = SHOWN_ROWS) -> None:
     frame.show(rows, truncate=False)
 
 
-def _deadline(timeout_seconds: int, what: str) -> threading.Timer | None:
-    """``dbutils.notebook.run``'s timeout: the main thread gets a ``TimeoutError`` when it passes."""
+class _Deadline(threading.Timer):
+    """``dbutils.notebook.run``'s timeout in a thread other than the main one (no signals there): the
+    thread gets a ``TimeoutError`` raised asynchronously when it passes, at its next Python line.
+    ``cancel`` also withdraws one raised too late to be caught inside the child."""
+
+    def __init__(self, seconds: float, what: str) -> None:
+        self.target = threading.get_ident()
+        super().__init__(seconds, self._expire, args=(what, seconds))
+        self.daemon = True
+
+    def _expire(self, what: str, seconds: float) -> None:
+        import ctypes
+
+        log.error("dbutils.notebook.run(%s) did not finish within %ss", what, seconds)
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.target), ctypes.py_object(TimeoutError))
+
+    def cancel(self) -> None:
+        import ctypes
+
+        super().cancel()
+        if self.finished.is_set() and threading.get_ident() == self.target:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.target), None)
+
+
+def _deadline(timeout_seconds: float, what: str) -> threading.Timer | None:
+    """``dbutils.notebook.run``'s timeout: the calling thread gets a ``TimeoutError`` when it passes
+    (the main thread through SIGALRM, which also interrupts a blocking call; another through
+    ``_Deadline``)."""
     if not timeout_seconds or timeout_seconds <= 0:
         return None
+    if threading.current_thread() is not threading.main_thread():
+        deadline = _Deadline(timeout_seconds, what)
+        deadline.start()
+        return deadline
     import _thread
 
     def expire() -> None:

@@ -41,7 +41,17 @@ SOURCE = dbutils.widgets.get("source")  # %run's argument
 CHILD = """\
 # Databricks notebook source
 child_only = int(dbutils.widgets.get("x"))
-dbutils.notebook.exit(str(child_only * 2))
+# its own SparkSession: this view does not replace the caller's "regions"
+spark.range(child_only).createOrReplaceTempView("regions")
+
+# COMMAND ----------
+
+# MAGIC %sql
+# MAGIC SELECT count(*) * 2 AS doubled FROM regions WHERE ${x} >= 0
+
+# COMMAND ----------
+
+dbutils.notebook.exit(str(_sqldf.first().doubled))
 """
 
 MIXED = """\
@@ -99,6 +109,14 @@ counts = {row.region: row.n for row in _sqldf.collect()}
 dbutils.jobs.taskValues.set("counts", counts)
 doubled = dbutils.notebook.run("./lib/child", 120, {"x": "21"})
 assert doubled == "42" and "child_only" not in globals(), (doubled, sorted(globals()))
+# Databricks' way to run notebooks in parallel: threads. Each child has its own namespace, widgets and
+# SparkSession; the caller's globals (which the threads' function reads) stay as they are.
+from concurrent.futures import ThreadPoolExecutor
+child_path = "./lib/child"
+with ThreadPoolExecutor(3) as pool:
+    doubles = list(pool.map(lambda x: dbutils.notebook.run(child_path, 120, {"x": str(x)}), range(1, 7)))
+assert doubles == [str(2 * x) for x in range(1, 7)], doubles
+assert spark.table("regions").columns == ["country", "region"], spark.table("regions").columns
 
 # COMMAND ----------
 
