@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import textwrap
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from jobs import attempts, bundle, ready_standby, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.slow]
@@ -52,28 +52,17 @@ def project(tmp_path: Path, pg_environ: dict[str, str], spark_cluster: dict[str,
     root = tmp_path / "project"
     (root / "notebooks").mkdir(parents=True)
     (root / "notebooks" / "stream.py").write_text(NOTEBOOK.format(table=unique_name))
-    (root / "bundle.yml").write_text(textwrap.dedent(f"""\
-        bundle: {{name: warm_standby_executors}}
-        resources:
-          jobs:
-            stream:
-              continuous: {{}}
-              tasks:
-                - task_key: main
-                  notebook_task: {{notebook_path: ./notebooks/stream.py}}
-        targets:
-          cluster:
-            default: true
-            mode: production
-            workspace: {{root_path: {tmp_path / 'root'}}}
-            config:
-              checkpoint_interval_sec: 1
-              spark:
-                master: "{spark_cluster['STREAMLING_TEST_SPARK_MASTER']}"
-                # two one-core workers: one core for the active driver, one for its standby
-                conf: {{spark.cores.max: "1", spark.app.name: {unique_name}}}
-              job_runner: {{standby: true, warm_drivers: 0, standby_executors: 1}}
-    """))
+    task = {"task_key": "main", "notebook_task": {"notebook_path": "./notebooks/stream.py"}}
+    job = {"continuous": {}, "tasks": [task]}
+    # two one-core workers: one core for the active driver, one for its standby's warm executor
+    config = {"checkpoint_interval_sec": 1,
+              "spark": {"master": spark_cluster["STREAMLING_TEST_SPARK_MASTER"],
+                        "conf": {"spark.cores.max": "1", "spark.app.name": unique_name}},
+              "job_runner": {"standby": True, "warm_drivers": 0, "standby_executors": 1}}
+    (root / "bundle.yml").write_text(yaml.safe_dump({
+        "bundle": {"name": "warm_standby_executors"}, "resources": {"jobs": {"stream": job}},
+        "targets": {"cluster": {"default": True, "mode": "production",
+                                "workspace": {"root_path": str(tmp_path / "root")}, "config": config}}}))
     env = {k: v for k, v in pg_environ.items() if not k.startswith("BUNDLE_VAR_")}
     yield root, env
     bundle(root, env, "destroy", "--auto-approve")
