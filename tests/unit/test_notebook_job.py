@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from streamling.bundle.notebook_job import _describe, bind_parameters, split_sql
 from streamling.errors import StreamlingError
 from streamling.notebook.cells import PipelineError
@@ -63,3 +65,27 @@ def test_a_child_notebooks_timeout_reaches_a_thread_other_than_the_main_one() ->
         worker.join(10)
         assert not worker.is_alive()
     assert outcome == ["timed out", "finished"]
+
+
+def test_the_task_waits_for_and_stops_the_streaming_queries_of_its_child_notebooks_too(tmp_path: Any) -> None:
+    """A child of ``dbutils.notebook.run`` has its own SparkSession, hence its own query manager: a
+    query it started is the task's to wait for and to stop, as one the notebook started itself."""
+    from types import SimpleNamespace
+
+    from streamling.bundle.notebook_job import NotebookJob
+    from streamling.config import load_settings
+
+    stopped: list[str] = []
+
+    def query(name: str) -> Any:
+        return SimpleNamespace(name=name, stop=lambda: stopped.append(name))
+
+    def session(*names: str) -> Any:
+        return SimpleNamespace(streams=SimpleNamespace(active=[query(n) for n in names]))
+
+    job = NotebookJob(tmp_path / "n.py", "n.py", tmp_path, load_settings(None))
+    job.spark = session("own")
+    job._child_sessions = [session(), session("child's")]
+    assert [q.name for q in job._streaming_queries()] == ["own", "child's"]
+    job._stop_all()
+    assert stopped == ["own", "child's"]

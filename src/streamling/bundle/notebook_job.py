@@ -154,6 +154,9 @@ class NotebookJob:
         self.pipeline: NotebookPipeline | None = None
         #: ``dbutils.notebook.run`` children run one at a time: they take turns with this driver's shell
         self._child_lock = threading.RLock()
+        #: the sessions of the children run so far: the task waits for, and stops, their streaming
+        #: queries as it does its own
+        self._child_sessions: list[SparkSession] = []
 
     # --- the run ----------------------------------------------------------------------------------
 
@@ -366,6 +369,7 @@ class NotebookJob:
                                    dbutils=child, __builtins__=parent_ns.get("__builtins__"))
             if parent_spark is not None:
                 self.spark = parent_spark.newSession()
+                self._child_sessions.append(self.spark)
                 module.__dict__.update(spark=self.spark, sc=self.spark.sparkContext)
             self.shell.user_module, self.shell.user_ns = module, module.__dict__
             timer = _deadline(timeout_seconds, target.name)
@@ -395,7 +399,7 @@ class NotebookJob:
         if nb.current is not None and nb.current.error is not None and not self.stopping:
             raise nb.current.error
         while not self.stopping:
-            active = self.spark.streams.active
+            active = self._streaming_queries()
             if not active:
                 break
             query = active[0]
@@ -424,11 +428,16 @@ class NotebookJob:
         if nb is not None and nb.current is not None and nb.current.active:
             nb.current.stop(reason=f"received {self.stopping}" if self.stopping else "the notebook ended")
         if self.spark is not None:
-            for query in self.spark.streams.active:
+            for query in self._streaming_queries():
                 try:
                     query.stop()
                 except Exception:  # noqa: BLE001 - stopping anyway
                     log.debug("stopping a streaming query", exc_info=True)
+
+    def _streaming_queries(self) -> list[Any]:
+        """The active streaming queries of the notebook's session and of its children's."""
+        assert self.spark is not None
+        return [q for session in (self.spark, *self._child_sessions) for q in session.streams.active]
 
     def _drain(self) -> None:
         nb = self.pipeline
@@ -493,6 +502,7 @@ class _Deadline(threading.Timer):
 
     def __init__(self, seconds: float, what: str) -> None:
         self.target = threading.get_ident()
+        self.fired = False
         super().__init__(seconds, self._expire, args=(what, seconds))
         self.daemon = True
 
@@ -500,13 +510,15 @@ class _Deadline(threading.Timer):
         import ctypes
 
         log.error("dbutils.notebook.run(%s) did not finish within %ss", what, seconds)
+        self.fired = True
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.target), ctypes.py_object(TimeoutError))
 
     def cancel(self) -> None:
         import ctypes
 
         super().cancel()
-        if self.finished.is_set() and threading.get_ident() == self.target:
+        self.join()  # an expiry already under way has raised, or will not
+        if self.fired and threading.get_ident() == self.target:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.target), None)
 
 
