@@ -5,7 +5,9 @@ shell channel, which the kernel reads only between cells: during Run All or ``%s
 click on Stop waited for the busy cell. ipykernel reads its control channel in a thread of its own
 (interrupts and debug requests come that way), so streamling's widgets send their requests there
 (``streamling_control_request``, naming the widget by its ``control_token``) where the front end
-allows it (JupyterLab's kernel connection), and fall back to the comm elsewhere. The request is
+allows it (JupyterLab's kernel connection) and the kernel has the handler (a widget gets no token
+otherwise: a request the kernel does not know would get no answer), and fall back to the comm
+elsewhere. The request is
 handed to a thread of its own and answered at once: the control thread stays free for interrupts.
 A widget answers as it always does, on its comm (IOPub is read while the kernel is busy).
 """
@@ -17,35 +19,35 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
 #: the control message streamling's widgets send, and its reply
 REQUEST, REPLY = "streamling_control_request", "streamling_control_reply"
 
-#: token → the function taking a widget's request (its comm message handler)
+
+class Receiver(Protocol):
+    """What takes a widget's requests (``SummarizedWidget``)."""
+
+    def handle_request(self, request: dict[str, Any]) -> None: ...
+
+
+#: token → the widget it names; held weakly, so a widget nothing else holds leaves by itself
 _receivers: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 _lock = threading.Lock()
 
 
-class _Receiver:
-    """Holds a widget's request handler; weakly referenced, so a closed widget's entry goes away."""
-
-    def __init__(self, handler: Callable[[dict[str, Any]], None]) -> None:
-        self.handler = handler
-
-
-def register(handler: Callable[[dict[str, Any]], None]) -> tuple[str, object]:
-    """A new token for a widget whose requests ``handler`` takes, and the object the widget must
-    keep alive for as long as the token serves (the registry only holds it weakly). Installs the
-    control handler in this process's kernel, if it runs in one."""
-    receiver = _Receiver(handler)
+def register(receiver: Receiver) -> str:
+    """A token naming ``receiver`` in control requests, or ``""`` where this process's kernel has no
+    control handler for them (outside a kernel, a kernel without control handlers): the front end
+    then sends every request as a comm message, which is always answered."""
+    if not install():
+        return ""
     token = uuid.uuid4().hex
     with _lock:
         _receivers[token] = receiver
-    install()
-    return token, receiver
+    return token
 
 
 def install() -> bool:
@@ -71,7 +73,7 @@ def deliver(token: str, content: dict[str, Any]) -> bool:
         receiver = _receivers.get(token)
     if receiver is None:
         return False
-    threading.Thread(target=_run, args=(receiver.handler, content), name="streamling-widget-request",
+    threading.Thread(target=_run, args=(receiver.handle_request, content), name="streamling-widget-request",
                      daemon=True).start()
     return True
 

@@ -65,8 +65,7 @@ class SummarizedWidget(anywidget.AnyWidget, metaclass=_WidgetMeta):  # type: ign
         from streamling.notebook import control
 
         super().__init__(**kwargs)
-        self.control_token, self._control_receiver = control.register(lambda request: self._on_message(
-            self, request, []))
+        self.control_token = control.register(self)
         self.on_msg(self._on_message)
         self._lock = threading.RLock()
         self._dirty = False
@@ -91,6 +90,11 @@ class SummarizedWidget(anywidget.AnyWidget, metaclass=_WidgetMeta):  # type: ign
                 self.beat = self.beat + 1
             except Exception:  # noqa: BLE001 - a closed comm: nothing listens any more
                 return
+
+    def handle_request(self, request: dict[str, Any]) -> None:
+        """A request sent on the kernel's control channel (``streamling.notebook.control``), in a
+        thread of its own while a cell may be running: handled as the same comm message."""
+        self._on_message(self, request, [])
 
     @abstractmethod
     def _on_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
