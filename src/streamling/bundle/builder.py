@@ -169,6 +169,8 @@ class Builder(JobBuilder, PipelineBuilder):
         """``job_runner.standby_executors`` is kept only by a cluster standby that registers early
         (``session.idle_conf``); elsewhere it has no effect, and without ``spark.cores.max`` the
         active driver takes every core and leaves none to keep."""
+        from streamling.runtime.session import chooses_executors
+
         runner, spark = as_dict(config.get("job_runner")), as_dict(config.get("spark"))
         kept = runner.get("standby_executors")
         if not isinstance(kept, int) or isinstance(kept, bool) or kept <= 0:
@@ -178,7 +180,7 @@ class Builder(JobBuilder, PipelineBuilder):
         if master.startswith("local"):
             self.ctx.warn(path, "standby_executors", f"the target's master is {master}: a local standby has no "
                           "executors to keep (it already holds its whole SparkSession)")
-        elif "spark.executor.instances" in conf or any(str(k).startswith("spark.dynamicAllocation.") for k in conf):
+        elif chooses_executors(conf):
             self.ctx.warn(path, "standby_executors", "the target's spark.conf chooses the executors itself "
                           "(spark.executor.instances or spark.dynamicAllocation.*), so a standby keeps only its "
                           "driver JVM; drop those settings to keep warm executors")

@@ -134,7 +134,7 @@ class JobRunnerSettings(_Section):
     #: drivers kept warm for the target's settings, for any notebook task that starts without a standby
     #: of its own (a new deploy's first run): ``auto`` keeps one on production-mode targets
     warm_drivers: Annotated[int, Field(ge=0, le=8)] | Literal["auto"] = "auto"
-    #: executors each waiting standby (and pooled warm driver) holds on a cluster, started and warmed
+    #: executors each waiting standby holds on a cluster (pooled warm drivers hold none), started and warmed
     #: (their Python workers with the job's modules imported), so taking over runs the first epoch at
     #: once instead of starting executors. They are cores the active driver cannot have: leave them
     #: free with ``spark.cores.max``. 0 (default): a standby holds none and claims them as it takes over

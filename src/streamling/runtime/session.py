@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -225,6 +225,12 @@ CLAIM_EXECUTORS = 1024
 _NEVER_IDLE = "3650d"
 
 
+def chooses_executors(conf: Mapping[str, Any]) -> bool:
+    """Whether Spark settings fix the number of an application's executors themselves (dynamic
+    allocation, ``spark.executor.instances``): an idle application (``idle_conf``) would change it."""
+    return "spark.executor.instances" in conf or any(str(key).startswith("spark.dynamicAllocation.") for key in conf)
+
+
 def idle_conf(settings: Settings, keep: int = 0) -> dict[str, str] | None:
     """Spark settings under which a cluster application registers holding only ``keep`` executors
     (a waiting standby's ``job_runner.standby_executors``, none by default) and takes the rest
@@ -236,9 +242,7 @@ def idle_conf(settings: Settings, keep: int = 0) -> dict[str, str] | None:
     allocation starts it lower; nothing asks for more until ``claim_executors``, and with an idle
     timeout that never ends and shuffle tracking, the executors it then gets stay as a static
     application's would."""
-    conf = settings.spark.conf
-    if settings.spark.master.startswith("local") or "spark.executor.instances" in conf or any(
-            key.startswith("spark.dynamicAllocation.") for key in conf):
+    if settings.spark.master.startswith("local") or chooses_executors(settings.spark.conf):
         return None
     return {"spark.dynamicAllocation.enabled": "true",
             "spark.dynamicAllocation.shuffleTracking.enabled": "true",
