@@ -54,3 +54,55 @@ def test_a_master_that_refuses_the_claim_costs_only_the_head_start(caplog: pytes
         claim_executors(spark)  # type: ignore[arg-type]  # does not raise: the attempt runs on
     assert "could not ask the cluster's master for executors" in caplog.text
     assert "the master is unreachable" in caplog.text and "at …" not in caplog.text
+
+
+def _fake_spark(executors: int, job: Any) -> Any:
+    from types import SimpleNamespace
+
+    jsc = SimpleNamespace(sc=lambda: SimpleNamespace(getExecutorIds=lambda: SimpleNamespace(size=lambda: executors)))
+    context = SimpleNamespace(_jsc=jsc, defaultParallelism=2, setJobGroup=lambda *a, **k: None,
+                              cancelJobGroup=lambda group: None)
+    frame = SimpleNamespace(selectExpr=lambda *a: SimpleNamespace(mapInArrow=lambda *a: SimpleNamespace(
+        collect=job)))
+    return SimpleNamespace(sparkContext=context, range=lambda *a, **k: frame)
+
+
+def test_a_warm_up_that_fails_on_the_executors_is_said_once_and_only_costs_the_head_start(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    from streamling.runtime.session import warm_executors
+
+    def fails() -> None:
+        raise RuntimeError("PythonException: ModuleNotFoundError: No module named 'acme_plugin'\n  at …")
+
+    with caplog.at_level("INFO", logger="streamling.runtime.session"):
+        warming = warm_executors(_fake_spark(1, fails), 1, ("acme_plugin",), threading.Event())
+        warming.join(5)
+    assert not warming.is_alive()
+    [said] = [r.getMessage() for r in caplog.records if "could not be warmed up" in r.getMessage()]
+    assert "No module named 'acme_plugin'" in said and "at …" not in said and "the first epoch does it" in said
+
+
+def test_a_standby_whose_executors_never_come_is_ready_without_them_and_says_why(
+        tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The active driver holds every core (no spark.cores.max): the standby waits for its executors
+    ``WARM_UP_SECS``, then is ready without them and names the setting to change."""
+    import threading
+    from types import SimpleNamespace
+
+    from streamling.bundle.driver import Standby
+    from streamling.runtime.session import warm_executors
+
+    stop = threading.Event()
+    warming = warm_executors(_fake_spark(0, lambda: None), 1, (), stop)  # no executor ever registers
+    standby = Standby(SimpleNamespace(standby=str(tmp_path / "go"), root=str(tmp_path), deployment="1", job="j",
+                                      task="t"))
+    standby.WARM_UP_SECS = 0.3
+    with caplog.at_level("WARNING", logger="streamling.bundle.driver"):
+        standby._await_warm_up(warming, 1, threading.Event())
+    assert warming.is_alive()  # it keeps asking
+    stop.set()
+    warming.join(5)
+    [said] = [r.getMessage() for r in caplog.records]
+    assert "the cluster gave none of its 1 executor(s) in 0s" in said and "spark.cores.max" in said
