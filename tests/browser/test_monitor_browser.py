@@ -33,8 +33,9 @@ CELLS = [
     "%%streamling sink out --from big\ntype: blackhole",
     "%streamling run --seconds 600",
     "%streamling display big --rows 50",
-    # Run All keeps the kernel busy here: the monitor and the display must stay live meanwhile.
-    "import time\ntime.sleep(40)",
+    # Run All keeps the kernel busy here: the monitor and the display must stay live meanwhile. Run
+    # again later, it is the busy cell during which Stop must act: long enough not to end first.
+    "import time\nbusy_secs = 60 if 'busy_secs' in globals() else 20\ntime.sleep(busy_secs)",
     # A typo in a column: its definition cell (the session is warm) or `show` fails with one line.
     "%%streamling sink typo_out --from typo\ntype: blackhole",
     "%%streamling transform typo --from orders\nSELECT id, amont FROM orders",
