@@ -99,10 +99,9 @@ def evaluate(plan: Plan, flow: Flow, spark: SparkSession, raw: dict[str, DataFra
             watch.compute_ms[source.name] = (time.perf_counter() - t0) * 1000
         if source.name == upto:
             return frames
-    for spec in flow.transforms:
+    for node in plan.transforms(flow):
         t0 = time.perf_counter()
-        node = plan.nodes[spec.name]
-        assert isinstance(node, Transform)
+        spec = node.ctx.spec
         frame = node.apply(spark, {u: node.spread(frames[u]) for u in spec.upstream}, epoch)
         frames[spec.name] = _watched(plan, watch, node, expectations.guard(node, frame, watch),
                                      _only_input(spec, frames))
@@ -599,8 +598,7 @@ class FlowRunner:
         sampled = self.bus.wants_sample(self.flow.name)
         sample_secs = 0.0
         fan_out = (len(self.sinks) > 1 or bool(self.side_outputs) or sampled
-                   or any(isinstance(node, Transform) and node.reads_batch_eagerly
-                          for node in (self.plan.nodes[t.name] for t in self.flow.transforms)))
+                   or any(node.reads_batch_eagerly for node in self.plan.transforms(self.flow)))
         cached = [fan_out]
         if fan_out:
             batch = batch.persist()
@@ -723,8 +721,8 @@ class FlowRunner:
         in flight (exact when one job read the batch once). None, and the flow observes its input
         from the next epoch on, if the plan does not have exactly one scan with that metric."""
         try:
-            if self._execution is None:
-                self._execution = self.query._jsq.streamingQuery()  # type: ignore[union-attr]
+            if self._execution is None and self.query is not None:
+                self._execution = self.query._jsq.streamingQuery()
             leaves = self._execution.lastExecution().executedPlan().collectLeaves()
             if leaves.size() == 1:
                 return int(leaves.head().metrics().apply("numOutputRows").value())
