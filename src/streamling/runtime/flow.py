@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import decimal
 import functools
-import hashlib
 import json
 import logging
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from streamling import storage
 from streamling.errors import StreamlingError, chain_text, first_line, java_message, node_failure_from_text
-from streamling.runtime import checkpoints, expectations
 from streamling.runtime import events as ev
+from streamling.runtime import expectations
 from streamling.runtime.environment import worker_failure
+from streamling.runtime.flow_checkpoint import FlowCheckpoint
 from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import Epoch, Node, Sink, Source, Transform
 from streamling.runtime.observe import (
@@ -51,8 +50,6 @@ SRC_TAG = "__sl_src"
 #: How an interrupted JVM thread shows in a query's error (``FlowRunner.interrupted_by_stop``)
 _INTERRUPTED = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
                 "java.nio.channels.ClosedByInterruptException", "Failed to shutdown streamer")
-#: Keys that change how a node runs, not which rows it reads or writes: a checkpoint stays valid.
-_NOT_FINGERPRINTED = {"telemetry", "description", "parallelism", "batch_size", "batch_flush_interval"}
 
 
 class EpochNotStarted(Exception):
@@ -282,158 +279,14 @@ class FlowRunner:
         self._by_sink = self._counted_by_sinks()
         self._execution: Any = None  # the query's StreamExecution (JVM), for its epoch's plan
         self._offsets: dict[str, Any] = {}
-        #: the flow's folder: a local path or a URI of shared storage (``streamling.storage``); with
-        #: the ``InMemory`` backend, a folder of this process under it (``checkpoints.place``)
-        self.root = storage.join(storage.resolve(self.settings.state_dir), self.settings.application_id, flow.name)
-        self.store = storage.storage_for(self.root, spark)
-        self.placement = checkpoints.place(self.root, state, self.store)
-        self.root = self.placement.root
-        self.checkpoint_dir = storage.join(self.root, "checkpoint")
-        self.meta_path = storage.join(self.root, "flow.json")
-        self._announced = False
-        self.sink_token = ""
-        self._meta: dict[str, Any] = {}
-        self._adopt_topology = False
+        self.checkpoint = FlowCheckpoint(self.settings, flow, self.sources, spark, state)
 
     # --- lifecycle --------------------------------------------------------------------------------
 
-    def _fingerprint(self) -> dict[str, Any]:
-        return {"sources": {s.name: {"type": s.ctx.spec.type,
-                                     "options": s.options.model_dump(mode="json", exclude=_NOT_FINGERPRINTED)}
-                            for s in self.sources}}
-
-    def _topology(self) -> dict[str, dict[str, dict[str, str]]]:
-        """The flow's transforms and sinks: type and a digest of options and inputs (no secrets stored)."""
-        def entry(spec: Any) -> dict[str, str]:
-            options = spec.options.model_dump(mode="json", exclude=_NOT_FINGERPRINTED)
-            body = json.dumps({"options": options, "from": list(spec.upstream)}, sort_keys=True, default=str)
-            return {"type": spec.type, "fingerprint": hashlib.sha256(body.encode()).hexdigest()[:16]}
-
-        return {"transforms": {t.name: entry(t) for t in self.flow.transforms},
-                "sinks": {s.name: entry(s) for s in self.flow.sinks}}
-
-    def _check_checkpoint(self) -> None:
-        """A checkpoint belongs to one set of sources; refuse a silently mismatched resume.
-
-        Transforms and sinks may change between runs (a redeploy with a new SQL is normal), but a
-        node added to a resumed checkpoint only sees rows after its last committed epoch; that is
-        said once, loudly, and the new topology is recorded when the query starts.
-        """
-        fingerprint = self._fingerprint()
-        topology = self._topology()
-        # One record per flow: the phases of a hybrid source share its fingerprint and sink token.
-        store = self.store
-        if store.exists(self.meta_path) and any(store.exists(storage.join(self.root, d, "offsets"))
-                                                for d in store.list_names(self.root) if d.startswith("checkpoint")):
-            meta = json.loads(store.read_text(self.meta_path))
-            if meta.get("fingerprint") != fingerprint:
-                raise StreamlingError(
-                    f"flow '{self.flow.name}': the checkpoint at {self.checkpoint_dir} was written for different "
-                    "source settings, so resuming from it could skip or repeat data",
-                    code="checkpoint_incompatible",
-                    hint=self._start_over_hint())
-            self.sink_token = str(meta["sink_token"])
-            self._meta = {**meta, "topology": topology}
-            self._announce(resumed=True)
-            recorded = meta.get("topology")
-            if recorded != topology:
-                self._adopt_topology = True
-                self._warn_topology(recorded, topology)
-            return
-        store.mkdirs(self.root)
-        self.sink_token = f"{self.settings.application_id}:{self.flow.name}:{uuid.uuid4().hex[:12]}"
-        self._meta = {"fingerprint": fingerprint, "sink_token": self.sink_token, "topology": topology}
-        self._write_meta()
-        self._announce(resumed=False)
-
-    def _start_over_hint(self) -> str:
-        """How to start the flow over. Sources that keep their position in a durable state backend
-        resume from it in a new checkpoint too, so deleting the folder is not enough for them."""
-        keeping = [s.name for s in self.sources if s.new_application_note] if self.placement.durable else []
-        if keeping:
-            return (f"to start this flow over, run it under a new application_id: source(s) {keeping} keep their "
-                    f"positions in the {self.placement.backend} state backend and would resume from them")
-        return f"to start this flow over, delete {self.root} (or change application_id)"
-
-    def _announce(self, resumed: bool) -> None:
-        """One line per run and flow: whether it resumes a checkpoint or reads its sources from their start."""
-        if self._announced:
-            return
-        self._announced = True
-        flow, backend = self.flow.name, self.placement.backend
-        if resumed:
-            committed, _ = self._last_committed()
-            after = f"after epoch {committed}" if committed is not None else "(no epoch committed yet)"
-            kept = ("positions last as long as this process" if not self.placement.durable
-                    else "it keeps the sources' positions between runs")
-            log.info("flow '%s': resuming the checkpoint at %s %s (state_backend %s: %s)", flow,
-                     self.checkpoint_dir, after, backend, kept)
-        elif self.placement.durable:
-            log.info("flow '%s': starting fresh, the sources read from their configured start (no checkpoint at %s "
-                     "yet; state_backend %s resumes it on the next run)", flow, self.checkpoint_dir, backend)
-        else:
-            log.info("flow '%s': starting fresh, the sources read from their configured start (state_backend %s "
-                     "keeps no position between runs; set state_backend.backend_type to Sqlite or Postgres to "
-                     "resume); checkpoint of this process: %s", flow, backend, self.checkpoint_dir)
-
-    def _write_meta(self) -> None:
-        self.store.write_text(self.meta_path, json.dumps(self._meta, indent=2))
-
-    def _warn_topology(self, recorded: Any, topology: dict[str, dict[str, dict[str, str]]]) -> None:
-        """One warning per flow naming the nodes that do not see the rows the checkpoint already consumed."""
-        flow = self.flow.name
-        where = f"the checkpoint of application_id '{self.settings.application_id}' ({self.checkpoint_dir})"
-        committed, offsets = self._last_committed()
-        after = f"after epoch {committed}" + (f" (the checkpoint's last committed offsets: {offsets})"
-                                              if offsets else "")
-        notes = sorted({s.new_application_note for s in self.sources if s.new_application_note})
-        backfill = "To backfill, run under a new application_id: it reads the sources from their start" + "".join(
-            f"; {note}" for note in notes) + "."
-        if not isinstance(recorded, dict):
-            if committed is None:
-                return  # nothing was committed: every node sees every row
-            log.warning("flow '%s': %s does not record the transforms and sinks it was written with (an older "
-                        "streamling wrote it), so a sink or transform added since then only sees rows %s; rows "
-                        "consumed before are not replayed to it. %s", flow, where, after, backfill)
-            return
-        changes: list[str] = []
-        fresh = False
-        for kind, label in (("transforms", "transform"), ("sinks", "sink")):
-            old: dict[str, Any] = recorded.get(kind) or {}
-            new = topology[kind]
-            added = [f"{label} '{n}' ({new[n]['type']})" for n in new if n not in old]
-            removed = [f"{label} '{n}' ({old[n].get('type', '?')})" for n in old if n not in new]
-            changed = [f"{label} '{n}' ({new[n]['type']})" for n in new if n in old and old[n] != new[n]]
-            fresh = fresh or bool(added or changed)
-            changes += [f"new {c}" for c in added] + [f"removed {c}" for c in removed]
-            changes += [f"changed {c}" for c in changed]
-        if committed is None:
-            log.info("flow '%s': %s has no committed epoch yet, so every node sees every row (%s)", flow, where,
-                     ", ".join(changes))
-            return
-        consequence = (f"New and changed nodes only see rows {after}; rows consumed before are not replayed to them. "
-                       f"{backfill}" if fresh else f"The remaining nodes continue {after}.")
-        log.warning("flow '%s': resuming %s with a different set of nodes: %s. %s", flow, where, ", ".join(changes),
-                    consequence)
-
-    def _last_committed(self) -> tuple[int | None, str]:
-        """The checkpoint's last committed epoch and its end offsets per source, as Spark wrote them."""
-        try:
-            commits = [int(n) for n in self.store.list_names(storage.join(self.checkpoint_dir, "commits"))
-                       if n.isdigit()]
-        except (OSError, StreamlingError):
-            return None, ""
-        if not commits:
-            return None, ""
-        epoch = max(commits)
-        try:
-            lines = self.store.read_text(storage.join(self.checkpoint_dir, "offsets", str(epoch))).splitlines()[2:]
-        except (OSError, StreamlingError):
-            return epoch, ""
-        names = [s.name for s in self.sources]
-        parts = [f"{n} {o}" for n, o in zip(names, lines, strict=True)] if len(lines) == len(names) else lines
-        text = "; ".join(parts)
-        return epoch, text if len(text) <= 300 else text[:297] + "..."
+    @property
+    def checkpoint_dir(self) -> str:
+        """The Spark checkpoint of the current phase."""
+        return self.checkpoint.checkpoint_dir
 
     def _input_frame(self) -> DataFrame:
         from pyspark.sql import functions as F
@@ -476,7 +329,7 @@ class FlowRunner:
         """Point the flow at the checkpoint of its sources' current phase (hybrid: backfill, live)."""
         self.phase = "-".join(p for s in self.sources if (p := s.phase()))
         self.bounded = all(s.bounded for s in self.sources)
-        self.checkpoint_dir = storage.join(self.root, f"checkpoint-{self.phase}" if self.phase else "checkpoint")
+        self.checkpoint.enter_phase(self.phase)
 
     def next_phase(self) -> bool:
         """After a bounded query ended cleanly: True when a source moved to a further phase and the
@@ -494,11 +347,12 @@ class FlowRunner:
     def epoch_token(self) -> str:
         """``sink_token`` of the current phase: epoch ids start over with each phase's checkpoint, so
         writers that remember the last epoch they wrote must not mistake a new phase's epochs for it."""
-        return f"{self.sink_token}:{self.phase}" if self.phase else self.sink_token
+        token = self.checkpoint.sink_token
+        return f"{token}:{self.phase}" if self.phase else token
 
     def start(self) -> None:
         self._enter_phase()
-        self._check_checkpoint()
+        self.checkpoint.check()
         for sink in self.sinks:
             try:
                 call_with_retry(functools.partial(sink.open, self.spark), self.settings.retry,
@@ -517,9 +371,7 @@ class FlowRunner:
             writer = writer.trigger(**trigger)
         self.query = writer.start()
         self._execution = None
-        if self._adopt_topology:  # warned once; later restarts of this definition resume quietly
-            self._write_meta()
-            self._adopt_topology = False
+        self.checkpoint.adopt()  # warned once; later restarts of this definition resume quietly
         self.bus.publish(ev.FlowStarted(self.flow.name, query_id=str(self.query.id),
                                         sources=[s.name for s in self.sources],
                                         sinks=[s.name for s in self.sinks], bounded=self.bounded))
@@ -738,7 +590,7 @@ class FlowRunner:
         before the epoch runs); [] when the log cannot be read."""
         path = storage.join(self.checkpoint_dir, "offsets", str(batch_id))
         try:
-            lines = self.store.read_text(path).splitlines()[2:]  # version, metadata, then sources
+            lines = self.checkpoint.store.read_text(path).splitlines()[2:]  # version, metadata, then sources
         except (OSError, StreamlingError):
             return []
         out: list[Any] = []
