@@ -4,11 +4,15 @@ Inside the batch function the transforms are evaluated on the micro-batch and ev
 and flushes; only when the function returns does Spark write ``commits/N`` and let the sources
 advance. A replay after a crash re-runs batch N with the same id, which sinks use for
 idempotency (or rely on primary-key upserts).
+
+The DAG's evaluation (``epoch_dag``), the checkpoint's record (``flow_checkpoint``) and the
+epoch's counts and reports (``epoch_metrics``) live apart. What stays here, somewhat over 500 lines,
+is one protocol: starting an epoch, committing it and stopping the query between epochs are decided
+under one lock on one query's state, and split across modules that would be harder to follow.
 """
 
 from __future__ import annotations
 
-import decimal
 import functools
 import json
 import logging
@@ -22,12 +26,12 @@ from streamling.runtime import events as ev
 from streamling.runtime import expectations
 from streamling.runtime.environment import worker_failure
 from streamling.runtime.epoch_dag import evaluate, event_time_extra, only_input
+from streamling.runtime.epoch_metrics import EpochCounts, event_times, expectation_results, publish_samples
 from streamling.runtime.flow_checkpoint import FlowCheckpoint
 from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import Epoch, Sink, Source
 from streamling.runtime.observe import (
     EVENT_TIME,
-    EVENT_TIME_MAX,
     INPUT,
     LAG_BUCKETS,
     LAG_SUM,
@@ -151,17 +155,7 @@ class FlowRunner:
         self.outage_attempts = 0
         self.outage_epoch: int | None = None
         self._raw: dict[str, DataFrame] = {}
-        # Input rows of epochs that were retried, counted once on the cached batch: Spark's
-        # numInputRows adds up every re-execution of the batch's plan.
-        self._retried_input: dict[int, int] = {}
-        #: the epoch's source rows as the sources' observations counted them (exact, whatever else read them)
-        self._observed_input: dict[int, int] = {}
-        #: per node, whether its plan keeps its input's rows (then it shares its input's count)
-        self._shapes: dict[str, bool] = {}
-        #: whether the epoch's input count can be read from Spark's scan metric (see ``_scanned_rows``)
-        self._scan_counts = True
-        self._by_sink = self._counted_by_sinks()
-        self._execution: Any = None  # the query's StreamExecution (JVM), for its epoch's plan
+        self.counts = EpochCounts(flow, self.sources, self.sinks, bool(self.side_outputs))
         self._offsets: dict[str, Any] = {}
         self.checkpoint = FlowCheckpoint(self.settings, flow, self.sources, spark, state)
 
@@ -254,7 +248,7 @@ class FlowRunner:
         if trigger:  # none: the next epoch starts as soon as the last one ends
             writer = writer.trigger(**trigger)
         self.query = writer.start()
-        self._execution = None
+        self.counts.execution = None
         self.checkpoint.adopt()  # warned once; later restarts of this definition resume quietly
         self.bus.publish(ev.FlowStarted(self.flow.name, query_id=str(self.query.id),
                                         sources=[s.name for s in self.sources],
@@ -341,8 +335,8 @@ class FlowRunner:
 
         def on_retry(exc: BaseException, attempt: int, node: str | None = None) -> None:
             self._retry_event(exc, attempt, node)
-            if batch_id not in self._retried_input:
-                self._count_input(batch, batch_id, cached)
+            if batch_id not in self.counts.retried_input:
+                self.counts.count_input(batch, batch_id, cached)
 
         self._raw = self._split(batch)
         rows: dict[str, int] = {}
@@ -354,13 +348,12 @@ class FlowRunner:
             watch: list[EpochObservations] = []
             # One source read once by the one sink's single job: Spark's scan metric is the exact
             # input count, so the input is not observed (an observation splits the generated code).
-            spark_counts = (not cached[0] and self.query is not None and self._scan_counts
+            spark_counts = (not cached[0] and self.query is not None and self.counts.scan_counts
                             and len(self.sources) == 1 and len(self.sinks) == 1 and self.sinks[0].reads_once)
 
             def dag() -> dict[str, DataFrame]:
                 # a retried evaluation observes afresh
-                watch[:] = [EpochObservations(shapes=self._shapes, observe_input=not spark_counts,
-                                              by_sink=self._by_sink, start_ms=epoch.started_at * 1000)]
+                watch[:] = [self.counts.observations(not spark_counts, epoch.started_at * 1000)]
                 return evaluate(self.plan, self.flow, spark, raw, epoch, watch=watch[0])
 
             frames = call_with_retry(dag, self.settings.retry, f"flow '{self.flow.name}' epoch {batch_id} transforms",
@@ -385,13 +378,13 @@ class FlowRunner:
                 rows[sink.name] = self._write(sink, sink.spread(df), epoch, on_retry)
                 durations[sink.name] = (time.perf_counter() - t0) * 1000
             if watch:
-                for node, sink_name in self._by_sink.items():
+                for node, sink_name in self.counts.by_sink.items():
                     watch[0].given[node] = {ROWS: rows[sink_name]}
             if spark_counts and watch:
                 # a retried write read the batch again: the flow counted it once on the cached batch
-                scanned = self._retried_input.get(batch_id)
+                scanned = self.counts.retried_input.get(batch_id)
                 if scanned is None:
-                    scanned = self._scanned_rows()
+                    scanned = self.counts.scanned_rows(self.query)
                 if scanned is not None:
                     watch[0].given[self.sources[0].name + INPUT] = {ROWS: scanned}
             observed = watch[0].results() if watch else {}
@@ -399,11 +392,11 @@ class FlowRunner:
                 if not sink.counts_rows:
                     rows[sink.name] = int(observed.get(sink.name + RECEIVED, {}).get(ROWS) or 0)
             if all(s.name + INPUT in observed for s in self.sources):  # what the sources read, before decoding
-                self._observed_input[batch_id] = sum(int(observed[s.name + INPUT][ROWS]) for s in self.sources)
+                self.counts.observed_input[batch_id] = sum(int(observed[s.name + INPUT][ROWS]) for s in self.sources)
             # After the sinks: their jobs filled the observations; a sample's limited job must not.
             if sampled:
                 t0 = time.perf_counter()
-                self._sample(epoch, frames, observed)
+                publish_samples(self.bus, self.flow.name, epoch, frames, observed)
                 sample_secs = time.perf_counter() - t0
         finally:
             if cached[0]:
@@ -423,51 +416,16 @@ class FlowRunner:
         self.bus.publish(ev.EpochFlushed(self.flow.name, epoch=batch_id, rows=rows, durations_ms=durations,
                                          node_rows={n: int(v[ROWS]) for n, v in observed.items()
                                                     if n in self.plan.nodes},
-                                         event_time_ms=self._event_times(observed),
+                                         event_time_ms=event_times(self.plan, observed),
                                          event_time_lag=_lags(observed),
                                          compute_ms={**(watch[0].compute_ms if watch else {}),
                                                      **{s.name: durations[s.name] for s in self.sinks}},
-                                         expectations=self._expectations(observed)))
+                                         expectations=expectation_results(self.plan, self.flow, observed)))
         limit = self.settings.num_records_before_stop
         if limit is not None and self.rows_to_sinks >= limit:
             self.request_stop(f"num_records_before_stop={limit} reached")
         if any(s.wants_stop() for s in self.sinks):
             self.request_stop("a print sink reached its num_records_before_stop")
-
-    def _counted_by_sinks(self) -> dict[str, str]:
-        """Nodes whose rows one sink alone reads, as given, and counts exactly (``counts_received``,
-        no expectations of its own): node → sink. Their count is the write's, not an observation's."""
-        readers: dict[str, int] = {}
-        for spec in [*self.flow.transforms, *self.flow.sinks]:
-            for upstream in spec.upstream:
-                readers[upstream] = readers.get(upstream, 0) + 1
-        if self.side_outputs:  # side outputs read the sources' rows too
-            for source in self.sources:
-                readers[source.name] = readers.get(source.name, 0) + 1
-        out: dict[str, str] = {}
-        for sink in self.sinks:
-            inputs = sink.ctx.spec.upstream
-            if (sink.counts_rows and sink.counts_received and len(inputs) == 1 and readers[inputs[0]] == 1
-                    and not expectations.has_rules(sink)):
-                out[inputs[0]] = sink.name
-        return out
-
-    def _scanned_rows(self) -> int | None:
-        """The rows the epoch's source scan produced, from Spark's own metric on the plan of the epoch
-        in flight (exact when one job read the batch once). None, and the flow observes its input
-        from the next epoch on, if the plan does not have exactly one scan with that metric."""
-        try:
-            if self._execution is None and self.query is not None:
-                self._execution = self.query._jsq.streamingQuery()
-            leaves = self._execution.lastExecution().executedPlan().collectLeaves()
-            if leaves.size() == 1:
-                return int(leaves.head().metrics().apply("numOutputRows").value())
-        except Exception:  # noqa: BLE001 - an internal API: fall back to observing the input
-            log.debug("reading the scan metric failed", exc_info=True)
-        log.info("flow '%s': Spark's scan metric is not available; counting input rows by observation",
-                 self.flow.name)
-        self._scan_counts = False
-        return None
 
     def _planned_offsets(self, batch_id: int) -> list[Any]:
         """The end offset of each source for ``batch_id``, from Spark's write-ahead log (written
@@ -484,18 +442,6 @@ class FlowRunner:
             except ValueError:
                 out.append(None)
         return out
-
-    def _count_input(self, batch: DataFrame, batch_id: int, cached: list[bool]) -> None:
-        """Before an epoch's first retry: cache the batch so further attempts read it rather than
-        the source, and count it once, so the epoch reports its real input however often it runs.
-        Only retried epochs pay this job; a normal epoch keeps Spark's numInputRows."""
-        try:
-            if not cached[0]:
-                batch.persist()
-                cached[0] = True
-            self._retried_input[batch_id] = batch.count()
-        except Exception:  # noqa: BLE001 - a metric must never fail the epoch; the retry reports the cause
-            log.debug("counting the input of retried epoch %d failed", batch_id, exc_info=True)
 
     def _retry_event(self, exc: BaseException, attempt: int, node: str | None = None) -> None:
         """Tell subscribers (CLI, widgets) that a node's transient failure is being retried; ``node``
@@ -524,47 +470,6 @@ class FlowRunner:
                 raise named from exc
             raise sink.ctx.error(f"writing epoch {epoch.epoch_id} failed: {java_message(exc)}",
                                  user=False, code="sink_failed") from exc
-
-    def _expectations(self, observed: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-        out = {}
-        for spec in [*self.flow.transforms, *self.flow.sinks]:
-            found = expectations.results(self.plan.nodes[spec.name], observed)
-            if found:
-                out[spec.name] = found
-        return out
-
-    def _event_times(self, observed: dict[str, dict[str, Any]]) -> dict[str, float]:
-        """The largest event time of each node with ``telemetry.event_time``, in epoch milliseconds."""
-        out: dict[str, float] = {}
-        for key, values in observed.items():
-            name = key.removesuffix(EVENT_TIME)  # a sink's input
-            node = self.plan.nodes.get(name)
-            value = values.get(EVENT_TIME_MAX)
-            event_time = node.options.telemetry.event_time if node and node.options.telemetry else None
-            if value is None or event_time is None:
-                continue
-            if hasattr(value, "timestamp"):  # a timestamp column
-                out[name] = value.timestamp() * 1000
-            elif isinstance(value, (int, float, decimal.Decimal)):  # others were reported when the run started
-                scale = {"seconds": 1000.0, "milliseconds": 1.0, "microseconds": 0.001}[event_time.unit]
-                out[name] = float(value) * scale
-        return out
-
-    def _sample(self, epoch: Epoch, frames: dict[str, DataFrame], observed: dict[str, dict[str, Any]]) -> None:
-        """A few rows of every node (notebook monitor, live inspect); counts come from the observations."""
-        for name, df in frames.items():
-            n = self.bus.rows_to_sample(name)
-            if n <= 0:
-                continue
-            try:
-                table = df.limit(n).toArrow()
-            except Exception:  # noqa: BLE001 - sampling is best effort, never fails the epoch
-                log.debug("sampling %s failed", name, exc_info=True)
-                continue
-            count = observed.get(name, {}).get(ROWS)
-            self.bus.publish(ev.RowsSampled(self.flow.name, epoch=epoch.epoch_id, node=name,
-                                            columns=table.column_names, rows=table.to_pylist(),
-                                            count=None if count is None else int(count), table=table))
 
     # --- finalization and stop --------------------------------------------------------------------
 
@@ -600,19 +505,11 @@ class FlowRunner:
                           exc.headline() if isinstance(exc, StreamlingError) else exc)
         self.bus.publish(ev.EpochFinalized(
             self.flow.name, epoch=batch_id, offsets=offsets,
-            input_rows=self._input_rows(batch_id, progress),
+            input_rows=self.counts.input_rows(batch_id, progress),
             durations_ms={k: float(v) for k, v in (progress.get("durationMs") or {}).items()},
             input_rows_per_second=float(progress.get("inputRowsPerSecond") or 0.0),
             processed_rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0), lag=lag,
             progress=progress))
-
-    def _input_rows(self, batch_id: int, progress: dict[str, Any]) -> int:
-        """The epoch's input: Spark's count, unless the epoch was retried (then counted by the flow)."""
-        counted = self._retried_input.pop(batch_id, None)
-        observed = self._observed_input.pop(batch_id, None)
-        if counted is not None:
-            return counted
-        return observed if observed is not None else int(progress.get("numInputRows") or 0)
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
