@@ -275,7 +275,7 @@ def test_node_rows_are_exact_while_only_row_changing_nodes_are_observed(runner, 
         assert e.node_rows == {"orders": 1000, "proj": 1000, "big": big}
         assert e.rows == {"all": 1000, "some": big}
 
-    from streamling.runtime.flow import evaluate
+    from streamling.runtime.epoch_dag import evaluate
     from streamling.runtime.observe import EpochObservations
 
     run = runner.pipeline(yaml_text)

@@ -218,7 +218,8 @@ def test_event_time_lags_are_counted_per_row_into_the_histograms_buckets_by_spar
     without an event time left out."""
     from datetime import UTC, datetime
 
-    from streamling.runtime.flow import _lags, event_time_aggregates
+    from streamling.runtime.epoch_dag import event_time_aggregates
+    from streamling.runtime.flow import _lags
     from streamling.telemetry.histogram import Buckets
 
     start_ms = 1_750_000_000_000.0

@@ -91,7 +91,7 @@ def test_a_standby_whose_executors_never_come_is_ready_without_them_and_says_why
     import threading
     from types import SimpleNamespace
 
-    from streamling.bundle.driver import Standby
+    from streamling.bundle.standby import Standby
     from streamling.runtime.session import warm_executors
 
     stop = threading.Event()

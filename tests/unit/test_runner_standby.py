@@ -103,7 +103,7 @@ def test_a_standby_for_a_changed_definition_is_released_and_forgotten(tmp_path: 
     runner.store.close()
 
 
-_WATCH = ("import sys, time; from pathlib import Path; from streamling.bundle.driver import leave_with_runner; "
+_WATCH = ("import sys, time; from pathlib import Path; from streamling.bundle.standby import leave_with_runner; "
           "leave_with_runner(Path(sys.argv[1]), 1); print('took the attempt', flush=True); time.sleep(30)")
 
 

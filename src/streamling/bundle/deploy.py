@@ -194,7 +194,8 @@ def _cluster_problems(bundle: Bundle, tb: TaskBuild) -> list[StreamlingError]:
 
 
 def _state_defaults(bundle: Bundle) -> dict[str, str]:
-    """The deployment-defaults variable the target's drivers get (``driver.state_defaults``), once per build."""
+    """The deployment-defaults variable the target's drivers get (``task_definition.state_defaults``), once
+    per build."""
     from streamling.bundle.workspace import default_state_backend
     from streamling.config.settings import DEPLOYMENT_DEFAULTS_ENV
 

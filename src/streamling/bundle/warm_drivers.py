@@ -1,7 +1,7 @@
 """The job runner's warm drivers: driver processes started ahead of need, so that a task's next attempt
 skips the JVM start and a SparkSession's warm-up.
 
-Two kinds share one record (``Standby``) and one process protocol (``bundle.driver.Standby``): a task's
+Two kinds share one record (``Standby``) and one process protocol (``bundle.standby.Standby``): a task's
 **standby** (``job_runner.standby``), warmed for the definition of one continuous job's pipeline task
 and handed its next attempt when the active driver ends; and **pooled** warm drivers
 (``job_runner.warm_drivers``), warmed for the target's settings and handed to the first task without a
@@ -44,7 +44,7 @@ POOL_STEM = "_pool"
 
 @dataclass
 class Standby:
-    """A warm driver waiting to replace a task's active one (see ``bundle.driver.Standby``)."""
+    """A warm driver waiting to replace a task's active one (see ``bundle.standby.Standby``)."""
 
     job_key: str
     task_key: str

@@ -391,7 +391,7 @@ class NotebookPipeline:
 
     def preview(self, node: str, rows: int = 10, timeout_secs: float = 120) -> Preview:
         """Pull a bounded sample from the node's sources and run the DAG up to ``node`` on it."""
-        from streamling.runtime.flow import evaluate
+        from streamling.runtime.epoch_dag import evaluate
 
         spark = self.spark()
         plan = self.plan(analyze=True)

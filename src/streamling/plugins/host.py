@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -32,13 +32,15 @@ if TYPE_CHECKING:
 
 GS_OP = "_gs_op"
 OPS = ("i", "u", "d")
+#: the plugin class a job builds (``SourcePlugin``…): ``create`` returns one
+PluginT = TypeVar("PluginT", bound=Plugin[Any])
 
 
 @dataclass
-class PluginJob:
+class PluginJob(Generic[PluginT]):
     """Everything needed to build an instance of one node's plugin anywhere: plain, picklable data."""
 
-    cls: type[Plugin[Any]]
+    cls: type[PluginT]
     plugin_id: str
     kind: Kind
     node: str
@@ -54,14 +56,15 @@ class PluginJob:
         return f"{self.plugin_id} {self.kind.replace('_', ' ')}"
 
     def create(self, role: str, partition: int = -1, metrics: MetricsRecorder | None = None,
-               partitions: int = 1) -> Plugin[Any]:
+               partitions: int = 1) -> PluginT:
         """A fresh instance; a constructor failure is the plugin's, reported on the node."""
         ctx = PluginContext(plugin_id=self.plugin_id, node=self.node, options=self.options,
                             input_schema=self.input_schema, primary_key=list(self.primary_key),
                             state=PluginState(self.settings, self.node),
                             metrics=metrics or MetricsRecorder(self.node, self.plugin_id), role=role,
                             partition=partition, partitions=partitions)
-        return self.call("starting", lambda: self.cls(ctx))
+        plugin: PluginT = self.call("starting", lambda: self.cls(ctx))
+        return plugin
 
     def call(self, what: str, fn: Any) -> Any:
         """Run a plugin hook; anything it raises becomes a classified error naming plugin and node."""
@@ -96,7 +99,7 @@ class PluginJob:
 
 
 def job_for(kind: Kind, plugin_id: str, node: str, raw_options: dict[str, Any],
-            settings: Settings | None = None) -> PluginJob:
+            settings: Settings | None = None) -> PluginJob[Plugin[Any]]:
     """The job of a preprocessor or side output named in the config (``plugin.*_ids``)."""
     info = find(kind, plugin_id)
     if info is None:
@@ -118,6 +121,8 @@ def preprocess(text: str, settings: Settings) -> str:
         job = job_for("preprocessor", plugin_id, "", settings.plugin.preprocessor_options.get(plugin_id, {}),
                       settings)
         plugin = job.create("driver")
+        # The registry holds every kind's classes by id, as installed distributions registered them
+        # (checked against PreprocessorPlugin then): untyped by kind here, so narrowed at runtime.
         assert isinstance(plugin, PreprocessorPlugin)
         out = job.call("preprocessing the pipeline", functools.partial(plugin.preprocess, text))
         if not isinstance(out, str):
@@ -184,7 +189,7 @@ def offset_json(value: Any) -> str:
 
 
 def node_job(kind: Kind, plugin_id: str, node: str, options: BaseModel, primary_key: list[str],
-             settings: Settings) -> PluginJob:
+             settings: Settings) -> PluginJob[Plugin[Any]]:
     """The job of a pipeline node whose ``type`` is a plugin id (validated with the plugin's model)."""
     from streamling.plugins.discovery import ship_by_value
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, model_validator
 from pydantic import ValidationError as PydanticValidationError
@@ -34,15 +34,19 @@ from streamling.spec.nodes import (
     register,
 )
 
+if TYPE_CHECKING:
+    from streamling.spec.pipeline import Kind as NodeKind
+
 Kind = Literal["source", "transform", "sink", "preprocessor", "side_output"]
 PLUGIN_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 ENV_PREFIX = "STREAMLING__PLUGIN__"
 P = TypeVar("P", bound=type[Plugin[Any]])
 
-_IMPLEMENTATION = {
-    "source": "streamling.sources.plugin:PluginSource",
-    "transform": "streamling.transforms.plugin:PluginTransform",
-    "sink": "streamling.sinks.plugin:PluginSink",
+#: the runtime adapter of each kind of plugin that is also a node type
+_IMPLEMENTATION: dict[Kind, tuple[NodeKind, str]] = {
+    "source": ("source", "streamling.sources.plugin:PluginSource"),
+    "transform": ("transform", "streamling.transforms.plugin:PluginTransform"),
+    "sink": ("sink", "streamling.sinks.plugin:PluginSink"),
 }
 #: what a plugin of each kind must define itself: checked when it registers, so a plugin missing one
 #: fails to load (reported with its distribution) instead of failing an epoch later
@@ -115,9 +119,10 @@ def resolve_options(info: PluginInfo, raw: dict[str, Any]) -> BaseModel:
     return info.cls.Options.model_validate(merged)
 
 
-def _options_model(info: PluginInfo) -> type[PluginOptionsMixin]:
+def _options_model(info: PluginInfo) -> type[PluginSourceOptions] | type[PluginNodeOptions]:
     """A node options model for ``info``: the node's keys, then the plugin's own, checked at validation."""
-    base: type[PluginOptionsMixin] = PluginSourceOptions if info.kind == "source" else PluginNodeOptions
+    base: type[PluginSourceOptions] | type[PluginNodeOptions] = (
+        PluginSourceOptions if info.kind == "source" else PluginNodeOptions)
 
     def check(self: PluginOptionsMixin) -> PluginOptionsMixin:
         try:
@@ -131,7 +136,7 @@ def _options_model(info: PluginInfo) -> type[PluginOptionsMixin]:
         return self
 
     name = "PluginOptions_" + env_key(info.plugin_id)
-    model: type[PluginOptionsMixin] = type(name, (base,), {
+    model: type[PluginSourceOptions] | type[PluginNodeOptions] = type(name, (base,), {
         "__module__": __name__,
         "_check_plugin_options": model_validator(mode="after")(check),
     })
@@ -157,8 +162,9 @@ def _register(kind: Kind, plugin_id: str) -> Callable[[P], P]:
         info = PluginInfo(plugin_id, kind, cls, _origin[-1] if _origin else cls.__module__)
         PLUGINS[(kind, plugin_id)] = info
         if kind in _IMPLEMENTATION:
+            node_kind, implementation = _IMPLEMENTATION[kind]
             bounded = bool(getattr(cls, "bounded", False)) if kind == "source" else False
-            register(NodeType(kind, plugin_id, _options_model(info), _IMPLEMENTATION[kind], bounded))  # type: ignore[arg-type]
+            register(NodeType(node_kind, plugin_id, _options_model(info), implementation, bounded))
         return cls
 
     return decorate

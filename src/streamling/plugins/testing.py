@@ -24,15 +24,15 @@ from typing import Any
 import pyarrow as pa
 from pydantic import BaseModel
 
-from streamling.plugins.api import MetricsRecorder, Plugin, PluginEpoch, SinkPlugin, SourcePlugin, TransformPlugin
-from streamling.plugins.host import GS_OP, PluginJob, conform, offset_json
+from streamling.plugins.api import MetricsRecorder, PluginEpoch, SinkPlugin, SourcePlugin, TransformPlugin
+from streamling.plugins.host import GS_OP, PluginJob, PluginT, conform, offset_json
 from streamling.plugins.registry import Kind
 
 __all__ = ["SinkRunner", "SourceRunner", "TransformRunner", "with_ops"]
 
 
-def _job(kind: Kind, cls: type[Plugin[Any]], options: Mapping[str, Any] | BaseModel | None, node: str,
-         primary_key: list[str] | None, input_schema: pa.Schema | None) -> PluginJob:
+def _job(kind: Kind, cls: type[PluginT], options: Mapping[str, Any] | BaseModel | None, node: str,
+         primary_key: list[str] | None, input_schema: pa.Schema | None) -> PluginJob[PluginT]:
     model = options if isinstance(options, BaseModel) else cls.Options.model_validate(dict(options or {}))
     return PluginJob(cls, cls.plugin_id or cls.__name__, kind, node, model, list(primary_key or []),
                      input_schema=input_schema)
@@ -74,9 +74,7 @@ class SourceRunner:
         return self._instance("reader", -1)
 
     def _instance(self, role: str, partition: int) -> SourcePlugin[Any]:
-        plugin = self.job.create(role, partition, metrics=self.metrics, partitions=self.partitions)
-        assert isinstance(plugin, SourcePlugin)
-        return plugin
+        return self.job.create(role, partition, metrics=self.metrics, partitions=self.partitions)
 
     def _schema(self) -> pa.Schema:
         schema = self.job.call("output_schema()", self.plugin.output_schema)
@@ -154,7 +152,7 @@ class SourceRunner:
         while self.planned:
             epoch, _, end = self.planned.pop(0)
             at = PluginEpoch(epoch, end_offset=end)
-            self.job.call("on_epoch_finalized()", lambda a=at: self.plugin.on_epoch_finalized(a))  # type: ignore[misc]
+            self.job.call("on_epoch_finalized()", lambda a=at: self.plugin.on_epoch_finalized(a))
             self.calls.append(("finalized", epoch))
             self.committed = end
 
@@ -197,7 +195,6 @@ class TransformRunner:
         self.job = _job("transform", cls, options, node, None, input_schema)
         self.metrics = MetricsRecorder(node, self.job.plugin_id)
         driver = self.job.create("driver", metrics=self.metrics)
-        assert isinstance(driver, TransformPlugin)
         self.output_schema: pa.Schema = self.job.call("output_schema()", lambda: driver.output_schema(input_schema))
         if GS_OP in input_schema.names and GS_OP not in self.output_schema.names:
             raise self.job.error("output_schema() drops the _gs_op column: upserts and deletes travel in it")
@@ -230,9 +227,7 @@ class SinkRunner:
         self.next_epoch = 0
 
     def _instance(self, role: str, partition: int) -> SinkPlugin[Any]:
-        plugin = self.job.create(role, partition, metrics=self.metrics)
-        assert isinstance(plugin, SinkPlugin)
-        return plugin
+        return self.job.create(role, partition, metrics=self.metrics)
 
     def write_epoch(self, partitions: list[list[pa.RecordBatch]], epoch: int | None = None,
                     finalize: bool = True) -> int:

@@ -4,30 +4,34 @@ Inside the batch function the transforms are evaluated on the micro-batch and ev
 and flushes; only when the function returns does Spark write ``commits/N`` and let the sources
 advance. A replay after a crash re-runs batch N with the same id, which sinks use for
 idempotency (or rely on primary-key upserts).
+
+The DAG's evaluation (``epoch_dag``), the checkpoint's record (``flow_checkpoint``) and the
+epoch's counts and reports (``epoch_metrics``) live apart. What stays here, somewhat over 500 lines,
+is one protocol: starting an epoch, committing it and stopping the query between epochs are decided
+under one lock on one query's state, and split across modules that would be harder to follow.
 """
 
 from __future__ import annotations
 
-import decimal
 import functools
-import hashlib
 import json
 import logging
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from streamling import storage
 from streamling.errors import StreamlingError, chain_text, first_line, java_message, node_failure_from_text
-from streamling.runtime import checkpoints, expectations
 from streamling.runtime import events as ev
+from streamling.runtime import expectations
 from streamling.runtime.environment import worker_failure
+from streamling.runtime.epoch_dag import evaluate, event_time_extra, only_input
+from streamling.runtime.epoch_metrics import EpochCounts, event_times, expectation_results, publish_samples
+from streamling.runtime.flow_checkpoint import FlowCheckpoint
 from streamling.runtime.jvm_death import jvm_failure
-from streamling.runtime.nodes import Epoch, Node, Sink, Source, Transform
+from streamling.runtime.nodes import Epoch, Sink, Source
 from streamling.runtime.observe import (
     EVENT_TIME,
-    EVENT_TIME_MAX,
     INPUT,
     LAG_BUCKETS,
     LAG_SUM,
@@ -35,7 +39,7 @@ from streamling.runtime.observe import (
     ROWS,
     EpochObservations,
 )
-from streamling.runtime.planner import Flow, Plan, event_time_kind
+from streamling.runtime.planner import Flow, Plan
 from streamling.runtime.retry import STOPPED, call_with_retry
 from streamling.runtime.side_outputs import SideOutputs
 from streamling.telemetry.histogram import LAG_BOUNDARIES_MS, Buckets
@@ -43,7 +47,7 @@ from streamling.telemetry.histogram import LAG_BOUNDARIES_MS, Buckets
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger(__name__)
@@ -51,8 +55,6 @@ SRC_TAG = "__sl_src"
 #: How an interrupted JVM thread shows in a query's error (``FlowRunner.interrupted_by_stop``)
 _INTERRUPTED = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
                 "java.nio.channels.ClosedByInterruptException", "Failed to shutdown streamer")
-#: Keys that change how a node runs, not which rows it reads or writes: a checkpoint stays valid.
-_NOT_FINGERPRINTED = {"telemetry", "description", "parallelism", "batch_size", "batch_flush_interval"}
 
 
 class EpochNotStarted(Exception):
@@ -69,124 +71,6 @@ def _not_a_stop(record: logging.LogRecord) -> bool:
 
 logging.getLogger("py4j.clientserver").addFilter(_not_a_stop)
 
-
-def evaluate(plan: Plan, flow: Flow, spark: SparkSession, raw: dict[str, DataFrame], epoch: Epoch | None,
-             upto: str | None = None, watch: EpochObservations | None = None) -> dict[str, DataFrame]:
-    """Decode each source's raw rows and apply the flow's transforms in dependency order.
-
-    The one place an epoch's DAG is evaluated: the flow's ``foreachBatch`` calls it on the
-    micro-batch, and notebook previews and transform debugging call it on captured batches, so
-    what a user debugs is exactly what runs. ``upto`` stops after that node. With ``watch``, every
-    node's output is observed (rows, event time) in the same pass as the sinks' writes, and each
-    node's step is timed into ``watch.compute_ms``.
-
-    That step time is what a source's or transform's ``streamling_elapsed_compute`` reports: the
-    driver's time for the node's part of the epoch (SQL parsing and analysis, building its plan, and
-    any work a node does eagerly, such as a dynamic table's lookup). Its row work is not in it: Spark
-    runs every node's rows fused into the sinks' jobs (whole-stage code generation), where no
-    operator-level clock separates one node's rows from another's, so that time is in the sinks'
-    figure (a sink's write runs the rows of every node upstream of it).
-    """
-    frames: dict[str, DataFrame] = {}
-    for source in plan.sources(flow):
-        t0 = time.perf_counter()
-        read = raw[source.name]
-        if watch is not None and watch.observe_input:
-            read = watch.watch(source.name + INPUT, read)
-        frame = source.spread(source.decode(read, epoch))
-        frames[source.name] = _watched(plan, watch, source, frame, (source.name + INPUT, read))
-        if watch is not None:
-            watch.compute_ms[source.name] = (time.perf_counter() - t0) * 1000
-        if source.name == upto:
-            return frames
-    for spec in flow.transforms:
-        t0 = time.perf_counter()
-        node = plan.nodes[spec.name]
-        assert isinstance(node, Transform)
-        frame = node.apply(spark, {u: node.spread(frames[u]) for u in spec.upstream}, epoch)
-        frames[spec.name] = _watched(plan, watch, node, expectations.guard(node, frame, watch),
-                                     _only_input(spec, frames))
-        if watch is not None:
-            watch.compute_ms[spec.name] = (time.perf_counter() - t0) * 1000
-        if spec.name == upto:
-            break
-    return frames
-
-
-def _only_input(spec: Any, frames: dict[str, DataFrame]) -> tuple[str, DataFrame] | None:
-    """A node's single input and its frame (whose count it may share), None when it reads several."""
-    return (spec.upstream[0], frames[spec.upstream[0]]) if len(spec.upstream) == 1 else None
-
-
-def event_time_aggregates(column: str, kind: str, unit: str, start_ms: float) -> dict[str, Column]:
-    """The aggregates an observation adds for an event-time column: its largest value (the watermark)
-    and its rows' lags, ``start_ms`` − event time in ms (0 for a row from the future), bucketed as the
-    lag histogram buckets them (``telemetry.histogram``); rows without an event time are left out.
-
-    Each aggregate of an observation costs every row an interpreted update (Spark's ``CollectMetrics``
-    is not code-generated): one ``count_if`` per bucket made an event-time node three times slower.
-    So each row gets its bucket's index from a few comparisons of the column with per-bucket
-    thresholds that are constants of the epoch (a binary search of ``when``s, no arithmetic on the
-    row), and a single ``histogram_numeric`` counts rows per index: with more bins than indexes it
-    never merges two indexes, so its counts are exact. The lags' total comes from a second
-    ``histogram_numeric``, of two bins, over the lags themselves: merging two bins keeps the sum of
-    centre × rows, so that sum is the lags' total (in doubles: whole milliseconds for a timestamp
-    column, no overflow). ``histogram_numeric`` updates its buffer directly, where a ``sum`` is an
-    interpreted expression per row: a ``try_sum`` cost an event-time pipeline 0.1–0.15 of its
-    throughput more (``bench/run.py telemetry``). No extra job, no Python per row."""
-    from pyspark.sql import functions as F
-
-    col = F.col(f"`{column}`")
-    if kind == "number":
-        scale = {"seconds": 1000.0, "milliseconds": 1.0, "microseconds": 0.001}[unit]
-        thresholds = [F.lit((start_ms - bound) / scale) for bound in LAG_BOUNDARIES_MS]
-        behind = F.least(col.cast("double") * F.lit(scale) - F.lit(float(start_ms)), F.lit(0.0))
-    else:  # a timestamp: compared as one, summed in whole milliseconds
-        start_us = int(start_ms * 1000)
-        thresholds = [F.timestamp_micros(F.lit(start_us - int(bound * 1000))) for bound in LAG_BOUNDARIES_MS]
-        if kind == "timestamp_ntz":
-            thresholds = [t.cast("timestamp_ntz") for t in thresholds]
-        millis = F.unix_millis(col if kind == "timestamp" else col.cast("timestamp"))
-        behind = F.least(millis - F.lit(int(start_ms)), F.lit(0))
-    last = len(thresholds)
-
-    def index(lo: int, hi: int) -> Column:  # the first bucket i in [lo, hi] whose bound the lag is within
-        if lo == hi:  # past every threshold only when the column is older than the last one (not null)
-            return F.lit(lo) if lo < last else F.when(col < thresholds[-1], F.lit(lo))
-        mid = (lo + hi) // 2
-        return F.when(col >= thresholds[mid], index(lo, mid)).otherwise(index(mid + 1, hi))
-
-    return {EVENT_TIME_MAX: F.max(col), LAG_SUM: F.histogram_numeric(behind.cast("double"), F.lit(2)),
-            LAG_BUCKETS: F.histogram_numeric(index(0, last), F.lit(2 * (last + 1)))}
-
-
-def _event_time_extra(plan: Plan, watch: EpochObservations, node: Node, frame: DataFrame) -> dict[str, Column]:
-    """``event_time_aggregates`` for ``frame`` (a node's output, a sink's input) when the node has
-    ``telemetry.event_time`` and its column can be one (the planner's verdict; a node it could not
-    type is checked once here, on the frame, and said once otherwise)."""
-    event_time = node.options.telemetry.event_time if node.options.telemetry else None
-    if event_time is None:
-        return {}
-    if node.name not in plan.event_time_kinds:
-        try:
-            plan.event_time_kinds[node.name] = event_time_kind(node.ctx.spec.label, node.ctx.spec.kind,
-                                                               event_time.column, frame.schema)
-        except Exception:  # noqa: BLE001 - a metric must never fail the epoch
-            log.debug("typing the event-time column of %s failed", node.name, exc_info=True)
-            plan.event_time_kinds[node.name] = None
-    kind = plan.event_time_kinds[node.name]
-    if kind is None:
-        return {}
-    return event_time_aggregates(event_time.column, kind, event_time.unit, watch.start_ms)
-
-
-def _watched(plan: Plan, watch: EpochObservations | None, node: Source | Transform, frame: DataFrame,
-             like: tuple[str, DataFrame] | None) -> DataFrame:
-    """``frame`` counted (and its event time observed) as ``node``'s output; ``like`` is its input,
-    whose count it shares when its plan keeps the input's rows."""
-    if watch is None:
-        return frame
-    return watch.count(node.name, frame, like, _event_time_extra(plan, watch, node, frame))
 
 
 def _lags(observed: dict[str, dict[str, Any]]) -> dict[str, Buckets]:
@@ -271,170 +155,16 @@ class FlowRunner:
         self.outage_attempts = 0
         self.outage_epoch: int | None = None
         self._raw: dict[str, DataFrame] = {}
-        # Input rows of epochs that were retried, counted once on the cached batch: Spark's
-        # numInputRows adds up every re-execution of the batch's plan.
-        self._retried_input: dict[int, int] = {}
-        #: the epoch's source rows as the sources' observations counted them (exact, whatever else read them)
-        self._observed_input: dict[int, int] = {}
-        #: per node, whether its plan keeps its input's rows (then it shares its input's count)
-        self._shapes: dict[str, bool] = {}
-        #: whether the epoch's input count can be read from Spark's scan metric (see ``_scanned_rows``)
-        self._scan_counts = True
-        self._by_sink = self._counted_by_sinks()
-        self._execution: Any = None  # the query's StreamExecution (JVM), for its epoch's plan
+        self.counts = EpochCounts(flow, self.sources, self.sinks, bool(self.side_outputs))
         self._offsets: dict[str, Any] = {}
-        #: the flow's folder: a local path or a URI of shared storage (``streamling.storage``); with
-        #: the ``InMemory`` backend, a folder of this process under it (``checkpoints.place``)
-        self.root = storage.join(storage.resolve(self.settings.state_dir), self.settings.application_id, flow.name)
-        self.store = storage.storage_for(self.root, spark)
-        self.placement = checkpoints.place(self.root, state, self.store)
-        self.root = self.placement.root
-        self.checkpoint_dir = storage.join(self.root, "checkpoint")
-        self.meta_path = storage.join(self.root, "flow.json")
-        self._announced = False
-        self.sink_token = ""
-        self._meta: dict[str, Any] = {}
-        self._adopt_topology = False
+        self.checkpoint = FlowCheckpoint(self.settings, flow, self.sources, spark, state)
 
     # --- lifecycle --------------------------------------------------------------------------------
 
-    def _fingerprint(self) -> dict[str, Any]:
-        return {"sources": {s.name: {"type": s.ctx.spec.type,
-                                     "options": s.options.model_dump(mode="json", exclude=_NOT_FINGERPRINTED)}
-                            for s in self.sources}}
-
-    def _topology(self) -> dict[str, dict[str, dict[str, str]]]:
-        """The flow's transforms and sinks: type and a digest of options and inputs (no secrets stored)."""
-        def entry(spec: Any) -> dict[str, str]:
-            options = spec.options.model_dump(mode="json", exclude=_NOT_FINGERPRINTED)
-            body = json.dumps({"options": options, "from": list(spec.upstream)}, sort_keys=True, default=str)
-            return {"type": spec.type, "fingerprint": hashlib.sha256(body.encode()).hexdigest()[:16]}
-
-        return {"transforms": {t.name: entry(t) for t in self.flow.transforms},
-                "sinks": {s.name: entry(s) for s in self.flow.sinks}}
-
-    def _check_checkpoint(self) -> None:
-        """A checkpoint belongs to one set of sources; refuse a silently mismatched resume.
-
-        Transforms and sinks may change between runs (a redeploy with a new SQL is normal), but a
-        node added to a resumed checkpoint only sees rows after its last committed epoch; that is
-        said once, loudly, and the new topology is recorded when the query starts.
-        """
-        fingerprint = self._fingerprint()
-        topology = self._topology()
-        # One record per flow: the phases of a hybrid source share its fingerprint and sink token.
-        store = self.store
-        if store.exists(self.meta_path) and any(store.exists(storage.join(self.root, d, "offsets"))
-                                                for d in store.list_names(self.root) if d.startswith("checkpoint")):
-            meta = json.loads(store.read_text(self.meta_path))
-            if meta.get("fingerprint") != fingerprint:
-                raise StreamlingError(
-                    f"flow '{self.flow.name}': the checkpoint at {self.checkpoint_dir} was written for different "
-                    "source settings, so resuming from it could skip or repeat data",
-                    code="checkpoint_incompatible",
-                    hint=self._start_over_hint())
-            self.sink_token = str(meta["sink_token"])
-            self._meta = {**meta, "topology": topology}
-            self._announce(resumed=True)
-            recorded = meta.get("topology")
-            if recorded != topology:
-                self._adopt_topology = True
-                self._warn_topology(recorded, topology)
-            return
-        store.mkdirs(self.root)
-        self.sink_token = f"{self.settings.application_id}:{self.flow.name}:{uuid.uuid4().hex[:12]}"
-        self._meta = {"fingerprint": fingerprint, "sink_token": self.sink_token, "topology": topology}
-        self._write_meta()
-        self._announce(resumed=False)
-
-    def _start_over_hint(self) -> str:
-        """How to start the flow over. Sources that keep their position in a durable state backend
-        resume from it in a new checkpoint too, so deleting the folder is not enough for them."""
-        keeping = [s.name for s in self.sources if s.new_application_note] if self.placement.durable else []
-        if keeping:
-            return (f"to start this flow over, run it under a new application_id: source(s) {keeping} keep their "
-                    f"positions in the {self.placement.backend} state backend and would resume from them")
-        return f"to start this flow over, delete {self.root} (or change application_id)"
-
-    def _announce(self, resumed: bool) -> None:
-        """One line per run and flow: whether it resumes a checkpoint or reads its sources from their start."""
-        if self._announced:
-            return
-        self._announced = True
-        flow, backend = self.flow.name, self.placement.backend
-        if resumed:
-            committed, _ = self._last_committed()
-            after = f"after epoch {committed}" if committed is not None else "(no epoch committed yet)"
-            kept = ("positions last as long as this process" if not self.placement.durable
-                    else "it keeps the sources' positions between runs")
-            log.info("flow '%s': resuming the checkpoint at %s %s (state_backend %s: %s)", flow,
-                     self.checkpoint_dir, after, backend, kept)
-        elif self.placement.durable:
-            log.info("flow '%s': starting fresh, the sources read from their configured start (no checkpoint at %s "
-                     "yet; state_backend %s resumes it on the next run)", flow, self.checkpoint_dir, backend)
-        else:
-            log.info("flow '%s': starting fresh, the sources read from their configured start (state_backend %s "
-                     "keeps no position between runs; set state_backend.backend_type to Sqlite or Postgres to "
-                     "resume); checkpoint of this process: %s", flow, backend, self.checkpoint_dir)
-
-    def _write_meta(self) -> None:
-        self.store.write_text(self.meta_path, json.dumps(self._meta, indent=2))
-
-    def _warn_topology(self, recorded: Any, topology: dict[str, dict[str, dict[str, str]]]) -> None:
-        """One warning per flow naming the nodes that do not see the rows the checkpoint already consumed."""
-        flow = self.flow.name
-        where = f"the checkpoint of application_id '{self.settings.application_id}' ({self.checkpoint_dir})"
-        committed, offsets = self._last_committed()
-        after = f"after epoch {committed}" + (f" (the checkpoint's last committed offsets: {offsets})"
-                                              if offsets else "")
-        notes = sorted({s.new_application_note for s in self.sources if s.new_application_note})
-        backfill = "To backfill, run under a new application_id: it reads the sources from their start" + "".join(
-            f"; {note}" for note in notes) + "."
-        if not isinstance(recorded, dict):
-            if committed is None:
-                return  # nothing was committed: every node sees every row
-            log.warning("flow '%s': %s does not record the transforms and sinks it was written with (an older "
-                        "streamling wrote it), so a sink or transform added since then only sees rows %s; rows "
-                        "consumed before are not replayed to it. %s", flow, where, after, backfill)
-            return
-        changes: list[str] = []
-        fresh = False
-        for kind, label in (("transforms", "transform"), ("sinks", "sink")):
-            old: dict[str, Any] = recorded.get(kind) or {}
-            new = topology[kind]
-            added = [f"{label} '{n}' ({new[n]['type']})" for n in new if n not in old]
-            removed = [f"{label} '{n}' ({old[n].get('type', '?')})" for n in old if n not in new]
-            changed = [f"{label} '{n}' ({new[n]['type']})" for n in new if n in old and old[n] != new[n]]
-            fresh = fresh or bool(added or changed)
-            changes += [f"new {c}" for c in added] + [f"removed {c}" for c in removed]
-            changes += [f"changed {c}" for c in changed]
-        if committed is None:
-            log.info("flow '%s': %s has no committed epoch yet, so every node sees every row (%s)", flow, where,
-                     ", ".join(changes))
-            return
-        consequence = (f"New and changed nodes only see rows {after}; rows consumed before are not replayed to them. "
-                       f"{backfill}" if fresh else f"The remaining nodes continue {after}.")
-        log.warning("flow '%s': resuming %s with a different set of nodes: %s. %s", flow, where, ", ".join(changes),
-                    consequence)
-
-    def _last_committed(self) -> tuple[int | None, str]:
-        """The checkpoint's last committed epoch and its end offsets per source, as Spark wrote them."""
-        try:
-            commits = [int(n) for n in self.store.list_names(storage.join(self.checkpoint_dir, "commits"))
-                       if n.isdigit()]
-        except (OSError, StreamlingError):
-            return None, ""
-        if not commits:
-            return None, ""
-        epoch = max(commits)
-        try:
-            lines = self.store.read_text(storage.join(self.checkpoint_dir, "offsets", str(epoch))).splitlines()[2:]
-        except (OSError, StreamlingError):
-            return epoch, ""
-        names = [s.name for s in self.sources]
-        parts = [f"{n} {o}" for n, o in zip(names, lines, strict=True)] if len(lines) == len(names) else lines
-        text = "; ".join(parts)
-        return epoch, text if len(text) <= 300 else text[:297] + "..."
+    @property
+    def checkpoint_dir(self) -> str:
+        """The Spark checkpoint of the current phase."""
+        return self.checkpoint.checkpoint_dir
 
     def _input_frame(self) -> DataFrame:
         from pyspark.sql import functions as F
@@ -477,7 +207,7 @@ class FlowRunner:
         """Point the flow at the checkpoint of its sources' current phase (hybrid: backfill, live)."""
         self.phase = "-".join(p for s in self.sources if (p := s.phase()))
         self.bounded = all(s.bounded for s in self.sources)
-        self.checkpoint_dir = storage.join(self.root, f"checkpoint-{self.phase}" if self.phase else "checkpoint")
+        self.checkpoint.enter_phase(self.phase)
 
     def next_phase(self) -> bool:
         """After a bounded query ended cleanly: True when a source moved to a further phase and the
@@ -495,11 +225,12 @@ class FlowRunner:
     def epoch_token(self) -> str:
         """``sink_token`` of the current phase: epoch ids start over with each phase's checkpoint, so
         writers that remember the last epoch they wrote must not mistake a new phase's epochs for it."""
-        return f"{self.sink_token}:{self.phase}" if self.phase else self.sink_token
+        token = self.checkpoint.sink_token
+        return f"{token}:{self.phase}" if self.phase else token
 
     def start(self) -> None:
         self._enter_phase()
-        self._check_checkpoint()
+        self.checkpoint.check()
         for sink in self.sinks:
             try:
                 call_with_retry(functools.partial(sink.open, self.spark), self.settings.retry,
@@ -517,10 +248,8 @@ class FlowRunner:
         if trigger:  # none: the next epoch starts as soon as the last one ends
             writer = writer.trigger(**trigger)
         self.query = writer.start()
-        self._execution = None
-        if self._adopt_topology:  # warned once; later restarts of this definition resume quietly
-            self._write_meta()
-            self._adopt_topology = False
+        self.counts.execution = None
+        self.checkpoint.adopt()  # warned once; later restarts of this definition resume quietly
         self.bus.publish(ev.FlowStarted(self.flow.name, query_id=str(self.query.id),
                                         sources=[s.name for s in self.sources],
                                         sinks=[s.name for s in self.sinks], bounded=self.bounded))
@@ -599,16 +328,15 @@ class FlowRunner:
         sampled = self.bus.wants_sample(self.flow.name)
         sample_secs = 0.0
         fan_out = (len(self.sinks) > 1 or bool(self.side_outputs) or sampled
-                   or any(isinstance(node, Transform) and node.reads_batch_eagerly
-                          for node in (self.plan.nodes[t.name] for t in self.flow.transforms)))
+                   or any(node.reads_batch_eagerly for node in self.plan.transforms(self.flow)))
         cached = [fan_out]
         if fan_out:
             batch = batch.persist()
 
         def on_retry(exc: BaseException, attempt: int, node: str | None = None) -> None:
             self._retry_event(exc, attempt, node)
-            if batch_id not in self._retried_input:
-                self._count_input(batch, batch_id, cached)
+            if batch_id not in self.counts.retried_input:
+                self.counts.count_input(batch, batch_id, cached)
 
         self._raw = self._split(batch)
         rows: dict[str, int] = {}
@@ -620,13 +348,12 @@ class FlowRunner:
             watch: list[EpochObservations] = []
             # One source read once by the one sink's single job: Spark's scan metric is the exact
             # input count, so the input is not observed (an observation splits the generated code).
-            spark_counts = (not cached[0] and self.query is not None and self._scan_counts
+            spark_counts = (not cached[0] and self.query is not None and self.counts.scan_counts
                             and len(self.sources) == 1 and len(self.sinks) == 1 and self.sinks[0].reads_once)
 
             def dag() -> dict[str, DataFrame]:
                 # a retried evaluation observes afresh
-                watch[:] = [EpochObservations(shapes=self._shapes, observe_input=not spark_counts,
-                                              by_sink=self._by_sink, start_ms=epoch.started_at * 1000)]
+                watch[:] = [self.counts.observations(not spark_counts, epoch.started_at * 1000)]
                 return evaluate(self.plan, self.flow, spark, raw, epoch, watch=watch[0])
 
             frames = call_with_retry(dag, self.settings.retry, f"flow '{self.flow.name}' epoch {batch_id} transforms",
@@ -644,20 +371,20 @@ class FlowRunner:
                     df = df.unionByName(other, allowMissingColumns=True)
                 df = expectations.guard(sink, df, watch[0] if watch else None)
                 if not sink.counts_rows and watch:
-                    df = watch[0].count(sink.name + RECEIVED, df, _only_input(spec, frames))
-                if watch and (event_time := _event_time_extra(self.plan, watch[0], sink, df)):
+                    df = watch[0].count(sink.name + RECEIVED, df, only_input(spec, frames))
+                if watch and (event_time := event_time_extra(self.plan, watch[0], sink, df)):
                     df = watch[0].watch(sink.name + EVENT_TIME, df, event_time)
                 t0 = time.perf_counter()
                 rows[sink.name] = self._write(sink, sink.spread(df), epoch, on_retry)
                 durations[sink.name] = (time.perf_counter() - t0) * 1000
             if watch:
-                for node, sink_name in self._by_sink.items():
+                for node, sink_name in self.counts.by_sink.items():
                     watch[0].given[node] = {ROWS: rows[sink_name]}
             if spark_counts and watch:
                 # a retried write read the batch again: the flow counted it once on the cached batch
-                scanned = self._retried_input.get(batch_id)
+                scanned = self.counts.retried_input.get(batch_id)
                 if scanned is None:
-                    scanned = self._scanned_rows()
+                    scanned = self.counts.scanned_rows(self.query)
                 if scanned is not None:
                     watch[0].given[self.sources[0].name + INPUT] = {ROWS: scanned}
             observed = watch[0].results() if watch else {}
@@ -665,11 +392,11 @@ class FlowRunner:
                 if not sink.counts_rows:
                     rows[sink.name] = int(observed.get(sink.name + RECEIVED, {}).get(ROWS) or 0)
             if all(s.name + INPUT in observed for s in self.sources):  # what the sources read, before decoding
-                self._observed_input[batch_id] = sum(int(observed[s.name + INPUT][ROWS]) for s in self.sources)
+                self.counts.observed_input[batch_id] = sum(int(observed[s.name + INPUT][ROWS]) for s in self.sources)
             # After the sinks: their jobs filled the observations; a sample's limited job must not.
             if sampled:
                 t0 = time.perf_counter()
-                self._sample(epoch, frames, observed)
+                publish_samples(self.bus, self.flow.name, epoch, frames, observed)
                 sample_secs = time.perf_counter() - t0
         finally:
             if cached[0]:
@@ -689,58 +416,23 @@ class FlowRunner:
         self.bus.publish(ev.EpochFlushed(self.flow.name, epoch=batch_id, rows=rows, durations_ms=durations,
                                          node_rows={n: int(v[ROWS]) for n, v in observed.items()
                                                     if n in self.plan.nodes},
-                                         event_time_ms=self._event_times(observed),
+                                         event_time_ms=event_times(self.plan, observed),
                                          event_time_lag=_lags(observed),
                                          compute_ms={**(watch[0].compute_ms if watch else {}),
                                                      **{s.name: durations[s.name] for s in self.sinks}},
-                                         expectations=self._expectations(observed)))
+                                         expectations=expectation_results(self.plan, self.flow, observed)))
         limit = self.settings.num_records_before_stop
         if limit is not None and self.rows_to_sinks >= limit:
             self.request_stop(f"num_records_before_stop={limit} reached")
         if any(s.wants_stop() for s in self.sinks):
             self.request_stop("a print sink reached its num_records_before_stop")
 
-    def _counted_by_sinks(self) -> dict[str, str]:
-        """Nodes whose rows one sink alone reads, as given, and counts exactly (``counts_received``,
-        no expectations of its own): node → sink. Their count is the write's, not an observation's."""
-        readers: dict[str, int] = {}
-        for spec in [*self.flow.transforms, *self.flow.sinks]:
-            for upstream in spec.upstream:
-                readers[upstream] = readers.get(upstream, 0) + 1
-        if self.side_outputs:  # side outputs read the sources' rows too
-            for source in self.sources:
-                readers[source.name] = readers.get(source.name, 0) + 1
-        out: dict[str, str] = {}
-        for sink in self.sinks:
-            inputs = sink.ctx.spec.upstream
-            if (sink.counts_rows and sink.counts_received and len(inputs) == 1 and readers[inputs[0]] == 1
-                    and not expectations.has_rules(sink)):
-                out[inputs[0]] = sink.name
-        return out
-
-    def _scanned_rows(self) -> int | None:
-        """The rows the epoch's source scan produced, from Spark's own metric on the plan of the epoch
-        in flight (exact when one job read the batch once). None, and the flow observes its input
-        from the next epoch on, if the plan does not have exactly one scan with that metric."""
-        try:
-            if self._execution is None:
-                self._execution = self.query._jsq.streamingQuery()  # type: ignore[union-attr]
-            leaves = self._execution.lastExecution().executedPlan().collectLeaves()
-            if leaves.size() == 1:
-                return int(leaves.head().metrics().apply("numOutputRows").value())
-        except Exception:  # noqa: BLE001 - an internal API: fall back to observing the input
-            log.debug("reading the scan metric failed", exc_info=True)
-        log.info("flow '%s': Spark's scan metric is not available; counting input rows by observation",
-                 self.flow.name)
-        self._scan_counts = False
-        return None
-
     def _planned_offsets(self, batch_id: int) -> list[Any]:
         """The end offset of each source for ``batch_id``, from Spark's write-ahead log (written
         before the epoch runs); [] when the log cannot be read."""
         path = storage.join(self.checkpoint_dir, "offsets", str(batch_id))
         try:
-            lines = self.store.read_text(path).splitlines()[2:]  # version, metadata, then sources
+            lines = self.checkpoint.store.read_text(path).splitlines()[2:]  # version, metadata, then sources
         except (OSError, StreamlingError):
             return []
         out: list[Any] = []
@@ -750,18 +442,6 @@ class FlowRunner:
             except ValueError:
                 out.append(None)
         return out
-
-    def _count_input(self, batch: DataFrame, batch_id: int, cached: list[bool]) -> None:
-        """Before an epoch's first retry: cache the batch so further attempts read it rather than
-        the source, and count it once, so the epoch reports its real input however often it runs.
-        Only retried epochs pay this job; a normal epoch keeps Spark's numInputRows."""
-        try:
-            if not cached[0]:
-                batch.persist()
-                cached[0] = True
-            self._retried_input[batch_id] = batch.count()
-        except Exception:  # noqa: BLE001 - a metric must never fail the epoch; the retry reports the cause
-            log.debug("counting the input of retried epoch %d failed", batch_id, exc_info=True)
 
     def _retry_event(self, exc: BaseException, attempt: int, node: str | None = None) -> None:
         """Tell subscribers (CLI, widgets) that a node's transient failure is being retried; ``node``
@@ -790,47 +470,6 @@ class FlowRunner:
                 raise named from exc
             raise sink.ctx.error(f"writing epoch {epoch.epoch_id} failed: {java_message(exc)}",
                                  user=False, code="sink_failed") from exc
-
-    def _expectations(self, observed: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-        out = {}
-        for spec in [*self.flow.transforms, *self.flow.sinks]:
-            found = expectations.results(self.plan.nodes[spec.name], observed)
-            if found:
-                out[spec.name] = found
-        return out
-
-    def _event_times(self, observed: dict[str, dict[str, Any]]) -> dict[str, float]:
-        """The largest event time of each node with ``telemetry.event_time``, in epoch milliseconds."""
-        out: dict[str, float] = {}
-        for key, values in observed.items():
-            name = key.removesuffix(EVENT_TIME)  # a sink's input
-            node = self.plan.nodes.get(name)
-            value = values.get(EVENT_TIME_MAX)
-            event_time = node.options.telemetry.event_time if node and node.options.telemetry else None
-            if value is None or event_time is None:
-                continue
-            if hasattr(value, "timestamp"):  # a timestamp column
-                out[name] = value.timestamp() * 1000
-            elif isinstance(value, (int, float, decimal.Decimal)):  # others were reported when the run started
-                scale = {"seconds": 1000.0, "milliseconds": 1.0, "microseconds": 0.001}[event_time.unit]
-                out[name] = float(value) * scale
-        return out
-
-    def _sample(self, epoch: Epoch, frames: dict[str, DataFrame], observed: dict[str, dict[str, Any]]) -> None:
-        """A few rows of every node (notebook monitor, live inspect); counts come from the observations."""
-        for name, df in frames.items():
-            n = self.bus.rows_to_sample(name)
-            if n <= 0:
-                continue
-            try:
-                table = df.limit(n).toArrow()
-            except Exception:  # noqa: BLE001 - sampling is best effort, never fails the epoch
-                log.debug("sampling %s failed", name, exc_info=True)
-                continue
-            count = observed.get(name, {}).get(ROWS)
-            self.bus.publish(ev.RowsSampled(self.flow.name, epoch=epoch.epoch_id, node=name,
-                                            columns=table.column_names, rows=table.to_pylist(),
-                                            count=None if count is None else int(count), table=table))
 
     # --- finalization and stop --------------------------------------------------------------------
 
@@ -866,19 +505,11 @@ class FlowRunner:
                           exc.headline() if isinstance(exc, StreamlingError) else exc)
         self.bus.publish(ev.EpochFinalized(
             self.flow.name, epoch=batch_id, offsets=offsets,
-            input_rows=self._input_rows(batch_id, progress),
+            input_rows=self.counts.input_rows(batch_id, progress),
             durations_ms={k: float(v) for k, v in (progress.get("durationMs") or {}).items()},
             input_rows_per_second=float(progress.get("inputRowsPerSecond") or 0.0),
             processed_rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0), lag=lag,
             progress=progress))
-
-    def _input_rows(self, batch_id: int, progress: dict[str, Any]) -> int:
-        """The epoch's input: Spark's count, unless the epoch was retried (then counted by the flow)."""
-        counted = self._retried_input.pop(batch_id, None)
-        observed = self._observed_input.pop(batch_id, None)
-        if counted is not None:
-            return counted
-        return observed if observed is not None else int(progress.get("numInputRows") or 0)
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:

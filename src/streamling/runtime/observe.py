@@ -32,7 +32,7 @@ RECEIVED = "#received"
 #: the key suffix of a sink's input observed for its ``telemetry.event_time`` (its rows are the sink's)
 EVENT_TIME = "#event_time"
 EVENT_TIME_MAX = "event_time_max"
-#: the observed lag aggregates (``runtime.flow.event_time_aggregates``): the lags' two-bin histogram (its
+#: the observed lag aggregates (``runtime.epoch_dag.event_time_aggregates``): the lags' two-bin histogram (its
 #: centre × rows is their sum, ms) and the rows per lag bucket, as (bucket index, rows) pairs
 LAG_SUM, LAG_BUCKETS = "lag_sum", "lag_buckets"
 _ids = itertools.count()

@@ -45,28 +45,46 @@ class Flow:
 
 
 @dataclass
+class FlowNodes:
+    """The runtime nodes of one flow by kind, each list in the flow's order (transforms topological)."""
+
+    sources: list[Source] = field(default_factory=list)
+    transforms: list[Transform] = field(default_factory=list)
+    sinks: list[Sink] = field(default_factory=list)
+
+    @property
+    def all(self) -> list[Node]:
+        return [*self.sources, *self.transforms, *self.sinks]
+
+
+@dataclass
 class Plan:
     spec: PipelineSpec
     settings: Settings
     flows: list[Flow]
     keys: dict[str, list[str]]
+    #: every node by name, in a flow or not (a dynamic table without ``sql`` belongs to none)
     nodes: dict[str, Node] = field(default_factory=dict)
+    #: each flow's nodes, typed by kind, by flow name
+    flow_nodes: dict[str, FlowNodes] = field(default_factory=dict)
     schemas: dict[str, StructType] = field(default_factory=dict)
     #: per node with ``telemetry.event_time``: ``"timestamp"``, ``"timestamp_ntz"`` or ``"number"``,
     #: None when its instrumentation is skipped (said once, by ``_check_event_times`` or the flow)
     event_time_kinds: dict[str, str | None] = field(default_factory=dict)
 
     def sources(self, flow: Flow) -> list[Source]:
-        return [self.nodes[s.name] for s in flow.sources]  # type: ignore[misc]
+        return list(self.flow_nodes[flow.name].sources)
+
+    def transforms(self, flow: Flow) -> list[Transform]:
+        return list(self.flow_nodes[flow.name].transforms)
 
     def sinks(self, flow: Flow) -> list[Sink]:
-        return [self.nodes[s.name] for s in flow.sinks]  # type: ignore[misc]
+        return list(self.flow_nodes[flow.name].sinks)
 
     @property
     def bounded(self) -> bool:
         """Every flow ends by itself (all its sources are bounded): a job, not a service."""
-        return all(isinstance(n := self.nodes.get(s.name), Source) and n.bounded
-                   for f in self.flows for s in f.sources)
+        return all(s.bounded for f in self.flows for s in self.sources(f))
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able picture of the plan (for --dry-run, notebooks and tests)."""
@@ -77,7 +95,7 @@ class Plan:
                     "sources": [s.name for s in f.sources],
                     "transforms": [t.name for t in f.transforms],
                     "sinks": [s.name for s in f.sinks],
-                    "bounded": all(isinstance(n := self.nodes.get(s.name), Source) and n.bounded for s in f.sources),
+                    "bounded": all(s.bounded for s in self.sources(f)),
                 }
                 for f in self.flows
             ],
@@ -149,13 +167,53 @@ def effective_keys(spec: PipelineSpec, known: dict[str, list[str]] | None = None
     return keys
 
 
-def node_class(spec: NodeSpec) -> type[Node]:
-    """The runtime class of ``spec``'s type, imported on first use."""
+def _implementation(spec: NodeSpec) -> type:
+    """The class named by ``spec``'s type, imported on first use.
+
+    The registry (``streamling.spec.nodes``) names each implementation by a ``"module:Class"``
+    string rather than the class: validation runs without Spark, and importing the runtime classes
+    there would import pyspark and cycle back through ``runtime.nodes`` to ``spec``. So the class is
+    checked here against its kind's base, once per lookup, by the typed loaders below."""
     module_name, _, class_name = spec.node_type.implementation.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)  # type: ignore[no-any-return]
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if not isinstance(cls, type):
+        raise _wrong_class(spec, cls)
+    return cls
 
 
-def _instantiate(spec: NodeSpec, ctx: NodeContext) -> Node:
+def _wrong_class(spec: NodeSpec, cls: object) -> TypeError:
+    return TypeError(f"{spec.node_type.implementation} (the runtime of {spec.kind} type '{spec.type}') is "
+                     f"{cls!r}, not a {spec.kind} node class")
+
+
+def source_class(spec: NodeSpec) -> type[Source]:
+    if issubclass(cls := _implementation(spec), Source):
+        return cls
+    raise _wrong_class(spec, cls)
+
+
+def transform_class(spec: NodeSpec) -> type[Transform]:
+    if issubclass(cls := _implementation(spec), Transform):
+        return cls
+    raise _wrong_class(spec, cls)
+
+
+def sink_class(spec: NodeSpec) -> type[Sink]:
+    if issubclass(cls := _implementation(spec), Sink):
+        return cls
+    raise _wrong_class(spec, cls)
+
+
+def node_class(spec: NodeSpec) -> type[Source] | type[Transform] | type[Sink]:
+    """The runtime class of ``spec``'s type, imported on first use and checked against its kind."""
+    if spec.kind == "source":
+        return source_class(spec)
+    if spec.kind == "transform":
+        return transform_class(spec)
+    return sink_class(spec)
+
+
+def _instantiate(spec: NodeSpec, ctx: NodeContext) -> Source | Transform | Sink:
     return node_class(spec)(ctx)
 
 
@@ -175,15 +233,22 @@ def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) ->
     # The plan's dynamic tables by node name: each DynamicTableTransform registers its backend,
     # SQL transforms calling dynamic_table_check look it up (see streamling.functions.dynamic_table).
     dynamic_tables: dict[str, DynamicTableBackend] = {}
-    placed = [(f"f{i}", node) for i, flow in enumerate(plan.flows)
-              for node in [*flow.sources, *flow.transforms, *flow.sinks]]
-    in_flows = {node.name for _, node in placed}
-    placed += [("p", node) for node in spec.topological() if node.name not in in_flows]
-    for scope, node in placed:
-        ctx = NodeContext(spec=node, settings=settings, primary_key=keys[node.name],
-                          state_dir=settings.state_dir, dry_run=dry_run, scope=scope,
-                          dynamic_tables=dynamic_tables)
-        plan.nodes[node.name] = _instantiate(node, ctx)
+
+    def context(node: NodeSpec, scope: str) -> NodeContext:
+        return NodeContext(spec=node, settings=settings, primary_key=keys[node.name],
+                           state_dir=settings.state_dir, dry_run=dry_run, scope=scope,
+                           dynamic_tables=dynamic_tables)
+
+    for i, flow in enumerate(plan.flows):
+        scope = f"f{i}"
+        typed = FlowNodes([source_class(s)(context(s, scope)) for s in flow.sources],
+                          [transform_class(t)(context(t, scope)) for t in flow.transforms],
+                          [sink_class(s)(context(s, scope)) for s in flow.sinks])
+        plan.flow_nodes[flow.name] = typed
+        plan.nodes.update((node.name, node) for node in typed.all)
+    for node in spec.topological():
+        if node.name not in plan.nodes:
+            plan.nodes[node.name] = _instantiate(node, context(node, "p"))
     _report_ineffective_keys(plan)
     _check_cluster_storage(plan)
     for flow in plan.flows:
@@ -195,8 +260,7 @@ def build_plan(spec: PipelineSpec, settings: Settings, dry_run: bool = False) ->
                 f"{alone[0].exclusive_in_flow}", code="hybrid_not_alone",
                 hint="give the other sources their own transforms and sinks")
     if settings.job_mode:
-        unbounded = [s.name for f in plan.flows for s in f.sources
-                     if not (isinstance(src := plan.nodes[s.name], Source) and src.bounded)]
+        unbounded = [s.name for f in plan.flows for s in plan.sources(f) if not s.bounded]
         if unbounded:
             raise StreamlingError(
                 f"job_mode is on but sources {json.dumps(unbounded)} do not support it",
@@ -288,8 +352,10 @@ def analyze(plan: Plan, spark: SparkSession) -> None:
     inferred_keys: dict[str, list[str]] = {}
     for flow in plan.flows:
         frames: dict[str, Any] = {}
-        for node_spec in [*flow.sources, *flow.transforms]:
-            node = plan.nodes[node_spec.name]
+        typed = plan.flow_nodes[flow.name]
+        steps: list[Source | Transform] = [*typed.sources, *typed.transforms]
+        for node in steps:
+            node_spec = node.ctx.spec
             try:
                 if isinstance(node, Source):
                     schema = node.decode(node.read_stream(spark), None).schema
@@ -301,7 +367,6 @@ def analyze(plan: Plan, spark: SparkSession) -> None:
                             for name, key in plan.keys.items():
                                 plan.nodes[name].ctx.primary_key = key
                 else:
-                    assert isinstance(node, Transform)
                     inputs = {u: frames[u] for u in node_spec.upstream}
                     schema = node.apply(spark, inputs, None).schema
             except StreamlingError as exc:

@@ -3,7 +3,7 @@
 Streamling observes ``streamling_event_time_lag`` once per row. Here rows never reach the driver:
 the epoch's observation of a node (``runtime.observe``, filled by the sinks' own jobs) computes, next
 to its row count, how many rows fall in each bucket of the histogram and the lags' sum
-(``runtime.flow.event_time_aggregates``). Those become a :class:`Buckets` (pure Python, no
+(``runtime.epoch_dag.event_time_aggregates``). Those become a :class:`Buckets` (pure Python, no
 OpenTelemetry) carried by ``EpochFlushed``.
 
 The OpenTelemetry SDK's histogram takes one value per ``record()``; recording a representative

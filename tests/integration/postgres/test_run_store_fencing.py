@@ -24,7 +24,7 @@ LEASE_SECS = 4.0
 FENCE = """
 import logging, sys, time
 from pathlib import Path
-from streamling.bundle.driver import Fence
+from streamling.bundle.fence import Fence
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 Fence(Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]))
 time.sleep(120)
