@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,12 +29,16 @@ def spark() -> Iterator[object]:
 SERVICE_TESTS = ("tests/integration/", "tests/e2e/")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the tests for ``--dist loadgroup`` (``fixtures/dev test`` runs two workers): the service
-    tests in one group, every other file in a group of its own (a notebook's cells share a kernel, a
-    module's tests their fixtures), so the second worker runs the in-process Spark, unit, notebook and
-    browser tests while the first runs the service tests."""
-    for item in items:
-        path = Path(str(item.path)).resolve().relative_to(ROOT).as_posix()
-        group = "services" if path.startswith(SERVICE_TESTS) else path
-        item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: `fixtures/dev test` runs two workers
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Work units for the workers: the service tests are one unit, every other file one of its own
+    (a notebook's cells share a kernel, a module's tests their fixtures). One worker runs the service
+    tests while the other runs the in-process Spark, unit, notebook and browser tests."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "services" if path.startswith(SERVICE_TESTS) else path
+
+    return _Scheduling(config, log)
