@@ -1,7 +1,8 @@
 """``postgres`` sink: upserts each micro-batch into a Postgres table, honouring ``_gs_op``.
 
 Semantics follow Streamling's sink: the schema and table are created from the input's Spark schema
-(nested values as JSONB, ``_gs_op`` not stored); ``d`` rows delete by primary key, every other row
+(nested values as JSONB, ``_gs_op`` not stored; types and the fit of an existing table are
+``streamling.postgres.columns``); ``d`` rows delete by primary key, every other row
 (``i``, ``u`` or a null op) is ``INSERT … ON CONFLICT (pk) DO UPDATE`` (or ``DO NOTHING``), with
 ``update_where`` conditions ANDed as ``EXCLUDED.col op t.col``; without a key rows are plain inserts.
 
@@ -31,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -39,13 +39,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
 from streamling.spec.nodes import PostgresSinkOptions
-from streamling.spec.types import from_spark
 
 if TYPE_CHECKING:
     import psycopg
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import StructType
 
     from streamling.postgres import PoolSettings, PostgresPool
 
@@ -61,7 +60,7 @@ SEQ_COL = "_stl_seq"  # the epoch's row order, carried through the shuffle to th
 STAGES_ATTR = "_stl_stages"  # temp tables created on a connection (they live as long as it does)
 
 
-# --- Spark → Postgres types ----------------------------------------------------------------------
+# --- the stored columns (their types: streamling.postgres.columns) ---------------------------------
 
 @dataclass(frozen=True)
 class _Column:
@@ -70,80 +69,6 @@ class _Column:
     name: str
     pg_type: str
     encode: str  # "plain" | "json" (to_json in Spark) | "bytea" (hex text in Spark)
-
-
-def pg_type_for(data_type: DataType, metadata: dict[str, Any] | None = None) -> tuple[str, str]:
-    """The Postgres column type for a Spark type and the Spark-side encoding it needs.
-
-    Scalars map as their Streamling type does (``streamling.spec.types``): a wide decimal, carried
-    as exact text tagged in ``metadata``, becomes ``NUMERIC(p,s)`` and its text is copied as is."""
-    from pyspark.sql import types as T
-
-    kind = from_spark(data_type, metadata)
-    if kind is not None:
-        return kind.postgres(), "plain"
-    simple: list[tuple[type, str]] = [(T.DateType, "DATE"), (T.TimestampNTZType, "TIMESTAMP"), (T.NullType, "TEXT")]
-    for spark_type, pg in simple:
-        if isinstance(data_type, spark_type):
-            return pg, "plain"
-    if isinstance(data_type, T.BinaryType):
-        return "BYTEA", "bytea"
-    nested: tuple[type, ...] = (T.StructType, T.ArrayType, T.MapType)
-    variant = getattr(T, "VariantType", None)
-    if variant is not None:
-        nested += (variant,)
-    if isinstance(data_type, nested):
-        return "JSONB", "json"
-    raise ValueError(f"Spark type {data_type.simpleString()} has no Postgres mapping")
-
-
-_INT_RANK = {"smallint": 1, "integer": 2, "bigint": 3}
-_INT_DIGITS = {"smallint": 5, "integer": 10, "bigint": 19}  # digits of the largest value
-_NUMERIC = re.compile(r"numeric(?:\((\d+)(?:,(\d+))?\))?$")
-_TIMESTAMP = re.compile(r"timestamp(?:\((\d+)\))? with(?:out)? time zone$")
-_TEXTUAL = {"text", "uuid", "json", "jsonb", "citext", "name"}
-
-
-def _numeric_holds(actual: str, int_digits: int, scale: int) -> bool:
-    """Can a Postgres ``numeric`` (or, for scale 0, integer) column hold every value with
-    ``int_digits`` digits before the point and ``scale`` after it?"""
-    if actual in _INT_DIGITS:
-        return scale == 0 and int_digits <= _INT_DIGITS[actual] - 1
-    m = _NUMERIC.match(actual)
-    if not m:
-        return False
-    if m.group(1) is None:
-        return True
-    precision, actual_scale = int(m.group(1)), int(m.group(2) or 0)
-    return actual_scale >= scale and precision - actual_scale >= int_digits
-
-
-def compatible(expected: str, actual: str) -> bool:
-    """Whether an existing column of type ``actual`` (``format_type`` text) can store the values the
-    sink would put in ``expected`` without losing range or precision. The sink never coerces."""
-    exp, act = expected.lower(), actual.lower()
-    if exp in _INT_RANK:
-        if act in _INT_RANK:
-            return _INT_RANK[act] >= _INT_RANK[exp]
-        return _NUMERIC.match(act) is not None and _numeric_holds(act, _INT_DIGITS[exp], 0)
-    m = _NUMERIC.match(exp)
-    if m:
-        precision, scale = int(m.group(1) or 38), int(m.group(2) or 0)
-        return _numeric_holds(act, precision - scale, scale)
-    if exp == "real":
-        return act in {"real", "double precision", "numeric"}
-    if exp == "double precision":
-        return act in {"double precision", "numeric"}
-    if exp == "text":
-        return act in _TEXTUAL or act.startswith("character")
-    if exp in {"timestamptz", "timestamp"}:
-        ts = _TIMESTAMP.match(act)
-        return ts is not None and int(ts.group(1) or 6) >= 6
-    if exp == "date":
-        return act == "date" or _TIMESTAMP.match(act) is not None
-    if exp == "jsonb":
-        return act in {"jsonb", "json", "text"}
-    return exp == act
 
 
 # --- the per-partition writer (runs in a Spark task) ------------------------------------------------
@@ -527,6 +452,8 @@ class PostgresSink(Sink[PostgresSinkOptions]):
         return df.repartition(count, *[F.col("`" + c.replace("`", "``") + "`") for c in df.columns])
 
     def _columns(self, schema: StructType) -> list[_Column]:
+        from streamling.postgres.columns import pg_type_for
+
         out = []
         for f in schema.fields:
             if f.name == GS_OP:
@@ -580,7 +507,9 @@ class PostgresSink(Sink[PostgresSinkOptions]):
             return
         from psycopg import sql
 
-        existing = self._describe(conn)
+        from streamling.postgres.columns import ExistingTable
+
+        existing = ExistingTable.describe(conn, self.options.schema_, self.options.table)
         if existing is None:
             defs = [sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.pg_type)) for c in columns]
             if self.key:
@@ -592,19 +521,12 @@ class PostgresSink(Sink[PostgresSinkOptions]):
             conn.commit()
             log.info("postgres sink '%s': created table %s", self.name, self.qualified)
         else:
-            types, unique_sets = existing
-            problems = []
-            for c in columns:
-                actual = types.get(c.name)
-                if actual is None:
-                    problems.append(f"column \"{c.name}\" ({c.pg_type}) is missing")
-                elif not compatible(c.pg_type, actual):
-                    problems.append(f"column \"{c.name}\" is {actual} but the input needs {c.pg_type}")
+            problems = existing.problems((c.name, c.pg_type) for c in columns)
             if problems:
                 raise self._error(f"existing table {self.qualified} does not fit the input: "
                                   + "; ".join(problems), code="postgres_schema_mismatch",
                                   hint="alter or drop the table, or cast the column in an SQL transform")
-            if self.key and frozenset(self.key) not in unique_sets:
+            if self.key and not existing.has_unique(self.key):
                 raise self._error(f"existing table {self.qualified} has no primary key or unique index on "
                                   f"({', '.join(self.key)})", code="postgres_schema_mismatch",
                                   hint="add one (ALTER TABLE … ADD PRIMARY KEY) or fix primary_key")
@@ -613,28 +535,6 @@ class PostgresSink(Sink[PostgresSinkOptions]):
         if not self.key:
             self._ensure_marks(conn)
         self._verified = signature
-
-    def _describe(self, conn: psycopg.Connection[Any]) -> tuple[dict[str, str], set[frozenset[str]]] | None:
-        """Column types (``format_type``) and unique column sets of the target, or None if absent."""
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
-                (self.options.schema_, self.options.table))
-            row = cur.fetchone()
-            if row is None:
-                conn.commit()
-                return None
-            oid = row[0]
-            cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-                        "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped", (oid,))
-            types = {name: typ for name, typ in cur.fetchall()}
-            cur.execute(
-                "SELECT array_agg(a.attname::text) FROM pg_index i "
-                "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-                "WHERE i.indrelid = %s AND i.indisunique AND i.indpred IS NULL GROUP BY i.indexrelid", (oid,))
-            unique_sets = {frozenset(r[0]) for r in cur.fetchall()}
-        return types, unique_sets
 
     def _check_update_where(self, columns: list[_Column]) -> None:
         names = {c.name for c in columns}
