@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
-from streamling.spec.nodes import PostgresSinkOptions
+from streamling.spec.sinks import PostgresSinkOptions
 
 if TYPE_CHECKING:
     import psycopg

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
 from streamling.sinks.postgres import EPOCHS_TABLE
-from streamling.spec.nodes import PostgresAggregateSinkOptions
+from streamling.spec.sinks import PostgresAggregateSinkOptions
 
 if TYPE_CHECKING:
     import psycopg
