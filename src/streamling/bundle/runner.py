@@ -28,7 +28,7 @@ by ``streamling.bundle.warm_drivers``, which the runner calls each tick and when
 attempt. Tasks that run no driver (condition, run_job, for-each) are carried out by
 ``streamling.bundle.control_flow`` when the runner finds them due. Which jobs start a run by
 themselves each tick (schedules, periodic triggers, continuous jobs and their back-off) is
-``streamling.bundle.triggers``.
+``streamling.bundle.triggers``; the notifications of run events, ``streamling.bundle.notifications``.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from typing import Any
 
 from streamling.bundle import handover
 from streamling.bundle.control_flow import ITERATION_INDEX, ITERATION_INPUT, ControlFlow
+from streamling.bundle.notifications import Notifications
 from streamling.bundle.store import Store, StoreUnavailable
 from streamling.bundle.triggers import Triggers
 from streamling.bundle.warm_drivers import WarmDrivers
@@ -149,6 +150,7 @@ class Runner:
         self.warm = WarmDrivers(self.ws)  #: standbys and pooled warm drivers on this host
         self.flow = ControlFlow(self.store, self.ws.root)  #: condition, run_job and for-each tasks
         self.triggers = Triggers(self.store, self._create_run)  #: schedules, periodic and continuous jobs
+        self.notifications = Notifications(self.store)  #: email and webhook notifications of run events
 
     # --- main loop --------------------------------------------------------------------------------
 
@@ -644,7 +646,7 @@ class Runner:
                     continue  # waits its turn: max_concurrent_runs holds
                 running_by_job[run.job_key] = running_by_job.get(run.job_key, 0) + 1
                 self.store.set_run(run.id, state="running", started_at=now)
-                self._notify(run.id, job, "on_start", "running")
+                self.notifications.notify(run.id, job, "on_start", "running", self.deployment, self.version)
             self._advance_tasks(run.id, run.job_key, job, run.params, now)
 
     def _advance_tasks(self, run_id: int, job_key: str, job: dict[str, Any], params: dict[str, str],
@@ -706,37 +708,18 @@ class Runner:
         if job is None:
             return
         if state in ("succeeded", "failed"):
-            self._notify(run_id, job, "on_success" if state == "succeeded" else "on_failure", state)
+            self.notifications.notify(run_id, job, "on_success" if state == "succeeded" else "on_failure", state,
+                                      self.deployment, self.version)
         if run.trigger == "continuous":
             self._continuous_ended = True
             self.triggers.continuous_run_ended(run.job_key, job, state)
 
     # --- notifications -------------------------------------------------------------------------------
 
-    def _notify(self, run_id: int, job: dict[str, Any], event: str, state: str) -> None:
-        run = self.store.run(run_id)
-        payload = {"event": event, "job": {"key": run.job_key if run else None, "name": job.get("name")},
-                   "run": {"id": run_id, "state": state, "message": run.message if run else None,
-                           "trigger": run.trigger if run else None, "deployment": self.version},
-                   "bundle": (self.deployment or {}).get("name"), "target": (self.deployment or {}).get("target")}
-        for address in (job.get("email_notifications") or {}).get(event, []):
-            self.store.notification(run_id, event, "email", address, "recorded", json.dumps(payload))
-        urls = (job.get("webhook_notifications") or {}).get(event, [])
-        if urls:
-            threading.Thread(target=self._send_webhooks, args=(run_id, event, list(urls), payload), daemon=True).start()
-
     def _send_webhooks(self, run_id: int, event: str, urls: list[str], payload: dict[str, Any]) -> None:
-        from streamling.http.client import post_notification
-
-        for url in urls:
-            # A webhook URL may carry credentials (user:password@, a token in the query): the log
-            # and the run store get only what post_notification answers, which never holds them.
-            delivery = post_notification(url, payload)
-            if not delivery.sent:
-                log.warning("run %d: %s webhook to %s failed: %s", run_id, event, delivery.url, delivery.detail)
-            self.store.notification(run_id, event, "webhook", delivery.url, "sent" if delivery.sent else "failed",
-                                    delivery.detail)
-
+        """Post one event's webhooks now (``Notifications.notify`` posts them from a thread). Kept on
+        the runner because the webhook redaction tests send through a runner."""
+        self.notifications.send_webhooks(run_id, event, urls, payload)
 
 _DONE_FAILED = ("failed", "cancelled", "timed_out", "upstream_failed")
 
