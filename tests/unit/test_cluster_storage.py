@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from streamling import cli, storage
+from streamling.direct_storage import WebHdfsStorage, direct_conf
 from streamling.errors import StreamlingError
 
 CLUSTER = "spark://10.1.2.3:7077"
@@ -137,27 +138,27 @@ def test_storage_errors_are_classified_and_never_show_a_credential() -> None:
 
 
 def test_webhdfs_finds_the_namenodes_http_address_as_a_hadoop_client_would() -> None:
-    conf = storage.direct_conf({"spark.hadoop.dfs.namenode.http-address": "0.0.0.0:50070",
-                                "spark.executor.memory": "1g"})
+    conf = direct_conf({"spark.hadoop.dfs.namenode.http-address": "0.0.0.0:50070",
+                        "spark.executor.memory": "1g"})
     assert conf == {"spark.hadoop.dfs.namenode.http-address": "0.0.0.0:50070"}
     # the NameNode's bind-all default means the URI's host
-    assert storage.WebHdfsStorage(conf)._bases("hdfs://nn1:8020/r/x") == (["http://nn1:50070"], "/r/x")
-    assert storage.WebHdfsStorage({})._bases("hdfs://nn1:8020/r") == (["http://nn1:9870"], "/r")
-    assert storage.WebHdfsStorage({})._bases("webhdfs://nn1:14000/r") == (["http://nn1:14000"], "/r")
+    assert WebHdfsStorage(conf)._bases("hdfs://nn1:8020/r/x") == (["http://nn1:50070"], "/r/x")
+    assert WebHdfsStorage({})._bases("hdfs://nn1:8020/r") == (["http://nn1:9870"], "/r")
+    assert WebHdfsStorage({})._bases("webhdfs://nn1:14000/r") == (["http://nn1:14000"], "/r")
     https = {"dfs.http.policy": "HTTPS_ONLY"}
-    assert storage.WebHdfsStorage(https)._bases("hdfs://nn1/r") == (["https://nn1:9871"], "/r")
+    assert WebHdfsStorage(https)._bases("hdfs://nn1/r") == (["https://nn1:9871"], "/r")
     ha = {"spark.hadoop.dfs.ha.namenodes.prod": "a, b", "spark.hadoop.dfs.namenode.http-address.prod.a": "h1:9870",
           "spark.hadoop.dfs.namenode.http-address.prod.b": "h2:9870"}
-    assert storage.WebHdfsStorage(ha)._bases("hdfs://prod/r") == (["http://h1:9870", "http://h2:9870"], "/r")
+    assert WebHdfsStorage(ha)._bases("hdfs://prod/r") == (["http://h1:9870", "http://h2:9870"], "/r")
 
 
 def test_webhdfs_refuses_what_it_cannot_reach_with_the_setting_to_fix() -> None:
     ha = {"dfs.ha.namenodes.prod": "a,b", "dfs.namenode.http-address.prod.a": "h1:9870"}
     with pytest.raises(StreamlingError) as info:
-        storage.WebHdfsStorage(ha).exists("hdfs://prod/r")
+        WebHdfsStorage(ha).exists("hdfs://prod/r")
     assert "spark.hadoop.dfs.namenode.http-address.prod.b" in (info.value.hint or "")
     with pytest.raises(StreamlingError) as info:
-        storage.WebHdfsStorage({"hadoop.security.authentication": "kerberos"}).exists("hdfs://nn/r")
+        WebHdfsStorage({"hadoop.security.authentication": "kerberos"}).exists("hdfs://nn/r")
     assert "Kerberos" in str(info.value) and "s3a://" in (info.value.hint or "")
 
 
@@ -178,7 +179,7 @@ def test_a_webhdfs_write_refused_half_way_leaves_the_file_as_it_was_and_says_wha
                 "exception": "AccessControlException", "message": "Permission denied: user=etl, access=WRITE"}})
         return httpx.Response(200, json={"boolean": True})
 
-    fs = storage.WebHdfsStorage({})
+    fs = WebHdfsStorage({})
     fs._client = httpx.Client(transport=httpx.MockTransport(namenode))
     with pytest.raises(StreamlingError) as info:
         fs.write_text("hdfs://nn/r/current", "2\n")

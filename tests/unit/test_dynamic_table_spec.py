@@ -15,8 +15,8 @@ from streamling.errors import ValidationError
 from streamling.functions.dynamic_table import check_membership
 from streamling.runtime.planner import effective_keys, split_flows
 from streamling.spec import load_pipeline, parse_pipeline
-from streamling.spec.nodes import DynamicTableTransformOptions
 from streamling.spec.sql import analyze_sql, dynamic_table_sql_problems, rewrite_dynamic_table_calls
+from streamling.spec.transforms import DynamicTableTransformOptions
 from streamling.transforms.dynamic_table import index_name
 
 VALID = Path(__file__).resolve().parents[2] / "fixtures" / "pipelines" / "valid" / "dynamic_table.yaml"

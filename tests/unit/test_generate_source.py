@@ -43,7 +43,7 @@ def test_available_now_on_a_rate_limited_source_drains_released_rows(start: int)
 def test_seed_and_start_id_are_bounded_where_both_readers_agree() -> None:
     from pydantic import ValidationError
 
-    from streamling.spec.nodes import GenerateSourceOptions
+    from streamling.spec.sources import GenerateSourceOptions
 
     GenerateSourceOptions(rows=1, seed=2**31 - 1, start_id=-(2**62))
     for bad in ({"seed": 2**31}, {"start_id": 2**62 + 1}):

@@ -13,7 +13,7 @@ import pytest
 
 from streamling.errors import StreamlingError, ValidationError
 from streamling.spec import PipelineSpec, load_pipeline
-from streamling.spec.nodes import FileSourceOptions
+from streamling.spec.sources import FileSourceOptions
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pipelines"
 INVALID = sorted((FIXTURES / "invalid").glob("*.yaml"))

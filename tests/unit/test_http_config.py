@@ -13,7 +13,7 @@ from streamling.errors import StreamlingError
 from streamling.http.client import HttpCall, build_call, encode_requests, redact_url
 from streamling.runtime.nodes import NodeContext
 from streamling.spec import parse_pipeline
-from streamling.spec.nodes import HttpNodeOptions
+from streamling.spec.options import HttpNodeOptions
 
 SECRET_ENV = {"STREAMLING__HTTP_SECRET_HEADER__Partner_Api": "X-Api-Key",
               "STREAMLING__HTTP_SECRET_VALUE__Partner_Api": "k-123"}

@@ -184,7 +184,7 @@ def test_a_pooled_driver_that_cannot_warm_up_is_named_with_its_log_and_retried_a
 
 
 def test_a_continuous_jobs_first_failure_restarts_at_once_and_later_ones_back_off() -> None:
-    from streamling.bundle.runner import continuous_backoff
+    from streamling.bundle.triggers import continuous_backoff
 
     # a killed driver is replaced at once (by its warm standby); a crash loop backs off, doubling
     assert [continuous_backoff(n, 0.0) for n in range(6)] == [0.0, 0.0, 1.0, 2.0, 4.0, 8.0]

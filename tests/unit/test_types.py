@@ -11,7 +11,8 @@ import sqlglot
 from pydantic import ValidationError
 from pyspark.sql import types as T
 
-from streamling.spec.nodes import HandlerTransformOptions, KafkaSourceOptions, ScriptTransformOptions
+from streamling.spec.sources import KafkaSourceOptions
+from streamling.spec.transforms import HandlerTransformOptions, ScriptTransformOptions
 from streamling.spec.types import (
     METADATA_KEY,
     VALID_TEXT,

@@ -26,7 +26,9 @@ stops supervising before the lease can pass to another, so two never act at once
 Drivers warmed ahead of need (a continuous task's standby, the target's pooled warm drivers) are kept
 by ``streamling.bundle.warm_drivers``, which the runner calls each tick and whenever it launches an
 attempt. Tasks that run no driver (condition, run_job, for-each) are carried out by
-``streamling.bundle.control_flow`` when the runner finds them due.
+``streamling.bundle.control_flow`` when the runner finds them due. Which jobs start a run by
+themselves each tick (schedules, periodic triggers, continuous jobs and their back-off) is
+``streamling.bundle.triggers``; the notifications of run events, ``streamling.bundle.notifications``.
 """
 
 from __future__ import annotations
@@ -44,15 +46,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from streamling.bundle import handover
 from streamling.bundle.control_flow import ITERATION_INDEX, ITERATION_INPUT, ControlFlow
-from streamling.bundle.cron import QuartzSchedule
-from streamling.bundle.model import unpaused
+from streamling.bundle.notifications import Notifications
 from streamling.bundle.store import Store, StoreUnavailable
+from streamling.bundle.triggers import Triggers
 from streamling.bundle.warm_drivers import WarmDrivers
 from streamling.bundle.workspace import Workspace
 from streamling.errors import StreamlingError
@@ -65,25 +66,9 @@ TICK_SECS = 0.5
 # default) or exits 3 by itself; only one that outlives that by a margin is killed.
 STOP_GRACE_SECS = 40.0
 IDLE_EXIT_SECS = 15.0
-PERIOD_UNIT_SECS = {"MINUTES": 60, "HOURS": 3600, "DAYS": 86400, "WEEKS": 604800}
-CONTINUOUS_BACKOFF_MAX_SECS = 300.0
-CONTINUOUS_BACKOFF_MIN_SECS = 1.0
 
 #: how often a runner looks for a new version on an object-store root
 REMOTE_POLL_SECS = 1.0
-
-
-def continuous_backoff(failures: int, asked_secs: float) -> float:
-    """Seconds before a continuous job's next run after ``failures`` consecutive failed runs.
-
-    As Databricks does, a single failure restarts at once (a killed driver is replaced by its warm
-    standby without waiting) and the back-off only starts on the second one in a row: from the
-    tasks' ``min_retry_interval_millis`` (at least 1 s), doubling, at most 5 min. A job asking for
-    an interval gets it after its first failure too."""
-    if failures == 0 or (failures == 1 and asked_secs <= 0):
-        return 0.0
-    base = max(CONTINUOUS_BACKOFF_MIN_SECS, asked_secs)
-    return min(CONTINUOUS_BACKOFF_MAX_SECS, base * 2 ** max(0, failures - 2 if asked_secs <= 0 else failures - 1))
 
 
 @dataclass
@@ -155,7 +140,6 @@ class Runner:
         self.deployment: dict[str, Any] | None = None
         self.version: int | None = None
         self._deployments: dict[int, dict[str, Any] | None] = {}  # immutable once written: read each once
-        self._schedules: dict[tuple[str, str], QuartzSchedule] = {}
         self._stop = threading.Event()
         #: set to end the wait between ticks early: a driver exited (SIGCHLD) or the runner stops
         self._wake = threading.Event()
@@ -165,6 +149,8 @@ class Runner:
         self._draining = False  #: the target is being destroyed: no run starts any more
         self.warm = WarmDrivers(self.ws)  #: standbys and pooled warm drivers on this host
         self.flow = ControlFlow(self.store, self.ws.root)  #: condition, run_job and for-each tasks
+        self.triggers = Triggers(self.store, self._create_run)  #: schedules, periodic and continuous jobs
+        self.notifications = Notifications(self.store)  #: email and webhook notifications of run events
 
     # --- main loop --------------------------------------------------------------------------------
 
@@ -265,32 +251,26 @@ class Runner:
         self._load_deployment()
         self._handle_requests()
         self._poll_swaps()
-        self._fire_triggers(now)
+        self.triggers.fire(now, self.deployment, self._draining)
         self._reap(now)
         self._continuous_ended = False
         self._advance_runs(now)
         if self._continuous_ended:
             # A continuous job whose driver just died gets its next run in this tick, not the next
             # one: its warm standby takes over half a second sooner.
-            self._fire_triggers(time.time())
+            self.triggers.fire(time.time(), self.deployment, self._draining)
             self._advance_runs(time.time())
         self.warm.keep_standbys(now, self.deployment, self.version, self.attempts.values(), self._draining)
         self.warm.keep_pool(now, self.deployment, self.version, self.attempts.values(), self._draining)
 
     def _idle(self) -> bool:
         busy = bool(self.attempts) or bool(self.store.runs(active_only=True, limit=1)) \
-            or bool(self.store.pending_requests()) or self._has_live_triggers()
+            or bool(self.store.pending_requests()) or self.triggers.live(self.deployment)
         if busy:
             self._idle_since = None
             return False
         self._idle_since = self._idle_since or time.time()
         return time.time() - self._idle_since > IDLE_EXIT_SECS
-
-    def _has_live_triggers(self) -> bool:
-        for job in (self.deployment or {}).get("jobs", {}).values():
-            if unpaused(job.get("continuous")) or unpaused(job.get("schedule")) or unpaused(job.get("periodic")):
-                return True
-        return False
 
     # --- deployments ------------------------------------------------------------------------------
 
@@ -452,36 +432,6 @@ class Runner:
         if not running:
             self._finish_run(run_id, "cancelled", message)
         return True
-
-    # --- schedules, periodic triggers, continuous jobs ----------------------------------------------
-
-    def _fire_triggers(self, now: float) -> None:
-        if self.deployment is None or self._draining:
-            return
-        deployed_at = float(self.deployment["created_at"])
-        for key, job in self.deployment["jobs"].items():
-            state = self.store.job_state(key)
-            last = state["last_fire"] if state and state["last_fire"] else None
-            if unpaused(job.get("continuous")):
-                not_before = float(state["not_before"] or 0) if state else 0.0
-                if not self.store.runs(key, active_only=True, limit=1) and now >= not_before:
-                    self.store.set_job_state(key, last_fire=now)
-                    self._create_run(key, "continuous", {})
-                continue
-            schedule = job.get("schedule")
-            if unpaused(schedule):
-                spec = (schedule["quartz_cron_expression"], schedule.get("timezone_id") or "UTC")
-                cron = self._schedules.get(spec) or self._schedules.setdefault(spec, QuartzSchedule(*spec))
-                due = cron.next_after(datetime.fromtimestamp(last or deployed_at, UTC)).timestamp()
-                if now >= due:
-                    self.store.set_job_state(key, last_fire=now)
-                    self._create_run(key, "schedule", {})
-            periodic = job.get("periodic")
-            if unpaused(periodic):
-                every = int(periodic["interval"]) * PERIOD_UNIT_SECS[periodic["unit"]]
-                if now >= (last or deployed_at) + every:
-                    self.store.set_job_state(key, last_fire=now)
-                    self._create_run(key, "periodic", {})
 
     # --- attempts ----------------------------------------------------------------------------------
 
@@ -696,7 +646,7 @@ class Runner:
                     continue  # waits its turn: max_concurrent_runs holds
                 running_by_job[run.job_key] = running_by_job.get(run.job_key, 0) + 1
                 self.store.set_run(run.id, state="running", started_at=now)
-                self._notify(run.id, job, "on_start", "running")
+                self.notifications.notify(run.id, job, "on_start", "running", self.deployment, self.version)
             self._advance_tasks(run.id, run.job_key, job, run.params, now)
 
     def _advance_tasks(self, run_id: int, job_key: str, job: dict[str, Any], params: dict[str, str],
@@ -758,41 +708,18 @@ class Runner:
         if job is None:
             return
         if state in ("succeeded", "failed"):
-            self._notify(run_id, job, "on_success" if state == "succeeded" else "on_failure", state)
+            self.notifications.notify(run_id, job, "on_success" if state == "succeeded" else "on_failure", state,
+                                      self.deployment, self.version)
         if run.trigger == "continuous":
             self._continuous_ended = True
-            job_state = self.store.job_state(run.job_key)
-            failures = (int(job_state["failures"]) if job_state else 0) + 1 if state == "failed" else 0
-            asked = min((int(t.get("min_retry_interval_millis") or 0) for t in job["tasks"]), default=0) / 1000
-            delay = continuous_backoff(failures, asked)
-            self.store.set_job_state(run.job_key, failures=failures, not_before=time.time() + delay)
+            self.triggers.continuous_run_ended(run.job_key, job, state)
 
     # --- notifications -------------------------------------------------------------------------------
 
-    def _notify(self, run_id: int, job: dict[str, Any], event: str, state: str) -> None:
-        run = self.store.run(run_id)
-        payload = {"event": event, "job": {"key": run.job_key if run else None, "name": job.get("name")},
-                   "run": {"id": run_id, "state": state, "message": run.message if run else None,
-                           "trigger": run.trigger if run else None, "deployment": self.version},
-                   "bundle": (self.deployment or {}).get("name"), "target": (self.deployment or {}).get("target")}
-        for address in (job.get("email_notifications") or {}).get(event, []):
-            self.store.notification(run_id, event, "email", address, "recorded", json.dumps(payload))
-        urls = (job.get("webhook_notifications") or {}).get(event, [])
-        if urls:
-            threading.Thread(target=self._send_webhooks, args=(run_id, event, list(urls), payload), daemon=True).start()
-
     def _send_webhooks(self, run_id: int, event: str, urls: list[str], payload: dict[str, Any]) -> None:
-        from streamling.http.client import post_notification
-
-        for url in urls:
-            # A webhook URL may carry credentials (user:password@, a token in the query): the log
-            # and the run store get only what post_notification answers, which never holds them.
-            delivery = post_notification(url, payload)
-            if not delivery.sent:
-                log.warning("run %d: %s webhook to %s failed: %s", run_id, event, delivery.url, delivery.detail)
-            self.store.notification(run_id, event, "webhook", delivery.url, "sent" if delivery.sent else "failed",
-                                    delivery.detail)
-
+        """Post one event's webhooks now (``Notifications.notify`` posts them from a thread). Kept on
+        the runner because the webhook redaction tests send through a runner."""
+        self.notifications.send_webhooks(run_id, event, urls, payload)
 
 _DONE_FAILED = ("failed", "cancelled", "timed_out", "upstream_failed")
 

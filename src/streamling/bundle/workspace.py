@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from streamling import storage
+from streamling.direct_storage import DIRECT_SCHEMES, DirectStorage, direct_conf, direct_storage
 from streamling.errors import StreamlingError
 from streamling.util import write_private
 
@@ -72,7 +73,7 @@ def root_problem(root_path: str, store: str) -> StreamlingError | None:
     kind = storage.scheme(root_path)
     if kind in ("", "file"):
         return None
-    if kind not in storage.DIRECT_SCHEMES:
+    if kind not in DIRECT_SCHEMES:
         return StreamlingError(
             f"workspace.root_path '{root_path}' uses the '{kind}' scheme; a bundle root is a local folder, a shared "
             "mount, an S3 bucket (s3a://) or HDFS (hdfs://): the bundle CLI and job runner reach it without Spark, "
@@ -104,7 +105,7 @@ class Workspace:
         """``root_path`` as the target names it (an ``s3a://`` root is reached with the ``fs.s3a.*``
         settings of ``spark_conf``), or a mirror's folder (runners and drivers are given those)."""
         self.uri: str | None = None
-        self.remote: storage.DirectStorage | None = None
+        self.remote: DirectStorage | None = None
         self._unreachable = False  #: the object store did not answer the last time
         if storage.is_local(root_path):
             self.root = local_root(root_path)
@@ -113,14 +114,14 @@ class Workspace:
             except (OSError, ValueError):
                 return
             self.uri = str(link["uri"])
-            self.remote = storage.direct_storage(self.uri, dict(link.get("conf") or {}))
+            self.remote = direct_storage(self.uri, dict(link.get("conf") or {}))
             return
         problem = root_problem(root_path, "postgres")
         if problem is not None:
             raise problem
         self.uri = root_path.rstrip("/")
-        conf = storage.direct_conf(spark_conf or {})
-        self.remote = storage.direct_storage(self.uri, conf)
+        conf = direct_conf(spark_conf or {})
+        self.remote = direct_storage(self.uri, conf)
         self.root = mirror_dir(self.uri)
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)  # the link holds the store's credentials, as ~/.aws/credentials does

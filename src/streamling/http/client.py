@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 from streamling.errors import NodeFailure, StreamlingError
 from streamling.runtime.nodes import GS_OP, NodeContext
 from streamling.runtime.retry import backoff_wait
-from streamling.spec.nodes import HttpNodeOptions
+from streamling.spec.options import HttpNodeOptions
 
 if TYPE_CHECKING:
     import httpx

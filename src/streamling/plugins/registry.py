@@ -26,13 +26,7 @@ from streamling.plugins.api import (
     SourcePlugin,
     TransformPlugin,
 )
-from streamling.spec.nodes import (
-    NodeType,
-    PluginNodeOptions,
-    PluginOptionsMixin,
-    PluginSourceOptions,
-    register,
-)
+from streamling.spec.nodes import NodeType, PluginNodeOptions, PluginOptionsMixin, PluginSourceOptions, register
 
 if TYPE_CHECKING:
     from streamling.spec.pipeline import Kind as NodeKind

@@ -3,7 +3,8 @@
 ``PostgresPool`` connects with the configured settings (pool keys, statement timeout, keepalives,
 a client-side bound per round trip); ``is_transient`` tells a failure worth another attempt from
 one that is not, and ``mask`` keeps passwords out of messages. Nothing here retries: callers raise
-``StreamlingError(retriable=is_transient(exc))`` and the flow retries with one policy.
+``StreamlingError(retriable=is_transient(exc))`` and the flow retries with one policy. The sinks'
+column types and the fit of an existing table are ``streamling.postgres.columns``.
 """
 
 from streamling.errors import first_line  # the one helper; callers here import it from this package

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamling.errors import NodeFailure
 from streamling.runtime.observe import EpochObservations
-from streamling.spec.nodes import FromNodeOptions
+from streamling.spec.options import FromNodeOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

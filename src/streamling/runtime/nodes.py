@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cas
 
 from streamling.config import Settings
 from streamling.errors import StreamlingError
-from streamling.spec.nodes import NodeOptions
+from streamling.spec.options import NodeOptions
 from streamling.spec.pipeline import NodeSpec
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from streamling.config import Settings
 from streamling.config.settings import normalize_backend
 from streamling.errors import StreamlingError, ValidationError
 from streamling.runtime.nodes import Node, NodeContext, Sink, Source, Transform
-from streamling.spec.nodes import parse_key
+from streamling.spec.options import parse_key
 from streamling.spec.pipeline import NodeSpec, PipelineSpec
 from streamling.util import did_you_mean
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
-from streamling.spec.nodes import ClickHouseSinkOptions
+from streamling.spec.sinks import ClickHouseSinkOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -18,7 +18,7 @@ from streamling import storage
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
 from streamling.runtime.observe import Counted
 from streamling.sinks.common import last_row_per_key, op_column
-from streamling.spec.nodes import DeltaSinkOptions
+from streamling.spec.sinks import DeltaSinkOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa

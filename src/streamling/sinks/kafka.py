@@ -24,7 +24,7 @@ from streamling.kafka.avro import avro_row, record_schema
 from streamling.kafka.registry import Registry
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
 from streamling.sinks.common import last_row_per_key, op_column
-from streamling.spec.nodes import KafkaSinkOptions
+from streamling.spec.sinks import KafkaSinkOptions
 from streamling.util import parse_duration_secs
 
 if TYPE_CHECKING:

@@ -1,25 +1,27 @@
 """``postgres`` sink: upserts each micro-batch into a Postgres table, honouring ``_gs_op``.
 
 Semantics follow Streamling's sink: the schema and table are created from the input's Spark schema
-(nested values as JSONB, ``_gs_op`` not stored); ``d`` rows delete by primary key, every other row
+(nested values as JSONB, ``_gs_op`` not stored; types and the fit of an existing table are
+``streamling.postgres.columns``); ``d`` rows delete by primary key, every other row
 (``i``, ``u`` or a null op) is ``INSERT … ON CONFLICT (pk) DO UPDATE`` (or ``DO NOTHING``), with
 ``update_where`` conditions ANDed as ``EXCLUDED.col op t.col``; without a key rows are plain inserts.
 
 Why this shape: the epoch is shaped in Spark (nested values to JSON text, binary to hex). With
 ``parallelism`` set, it is spread over that many partitions, hashed by primary key so one key's ops
-stay, in order, in one writer, and each partition is written by a Spark task (``PartitionWriter``,
-through ``mapInArrow``); without it, the driver collects the epoch as Arrow and runs the same writer
-itself — one transaction per epoch and no extra Spark stage, the low-latency default for small CDC
-epochs, with the epoch held in the driver's memory. A writer keeps the last row per key (the first
-with ``on_conflict: nothing``, as Streamling does), sends the rows through one ``COPY`` (CSV written
-by Arrow's C++ writer) into a temporary staging table, then one ``DELETE … USING`` and one ``INSERT
-… SELECT … ON CONFLICT``, all in one transaction per partition, and yields one result row. The
-driver creates the table and, with executor writers, collects only those rows, so its memory does
-not grow with the epoch and writers scale with the cluster. A replayed keyed epoch converges to the
-same table (a key is always in the same partition). Keyless partitions record the last epoch they
-wrote in ``<schema>._streamling_sink_partition_epochs`` inside their transaction; keyless rows are
-hashed by all their columns, so a replay after a partial failure writes exactly the partitions that
-are missing.
+stay, in order, in one writer, and each partition is written by a Spark task (``PartitionWriter`` of
+``streamling.sinks.postgres_writer``, through ``mapInArrow``); without it, the driver collects the
+epoch as Arrow and runs the same writer itself — one transaction per epoch and no extra Spark stage,
+the low-latency default for small CDC epochs, with the epoch held in the driver's memory. A writer
+keeps the last row per key (the first with ``on_conflict: nothing``, as Streamling does), sends the
+rows through one ``COPY`` (CSV written by Arrow's C++ writer) into a temporary staging table, then
+one ``DELETE … USING`` and one ``INSERT … SELECT … ON CONFLICT``, all in one transaction per
+partition, and yields one result row. The driver creates the table and, with executor writers,
+collects only those rows, so its memory does not grow with the epoch and writers scale with the
+cluster. A replayed keyed epoch converges to the same table (a key is always in the same partition).
+Keyless partitions record the last epoch they wrote in
+``<schema>._streamling_sink_partition_epochs`` inside their transaction; keyless rows are hashed by
+all their columns, so a replay after a partial failure writes exactly the partitions that are
+missing.
 
 Failures are classified (``streamling.postgres.is_transient``), never retried here nor by Spark (a
 writer reports instead of raising): the flow owns the retry policy, so an outage costs exactly its
@@ -29,39 +31,41 @@ attempts, one connection attempt per writer. Connections live in one pool per ex
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
-from streamling.spec.nodes import PostgresSinkOptions
-from streamling.spec.types import from_spark
+from streamling.sinks.postgres_writer import (
+    DELETE_COL,
+    NODE_KIND,
+    RESULT_DDL,
+    ROUND_COL,
+    SEQ_COL,
+    Marks,
+    PartitionWriter,
+    Statements,
+    classify,
+)
+from streamling.spec.sinks import PostgresSinkOptions
 
 if TYPE_CHECKING:
     import psycopg
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import StructType
 
     from streamling.postgres import PoolSettings, PostgresPool
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-NODE_KIND = "postgres sink"
-DELETE_COL = "_stl_del"
-ROUND_COL = "_stl_round"
 EPOCHS_TABLE = "_streamling_sink_epochs"  # one mark per sink (postgres_aggregate; this sink before)
 PARTITION_MARKS_TABLE = "_streamling_sink_partition_epochs"
-SEQ_COL = "_stl_seq"  # the epoch's row order, carried through the shuffle to the writers
-STAGES_ATTR = "_stl_stages"  # temp tables created on a connection (they live as long as it does)
 
 
-# --- Spark → Postgres types ----------------------------------------------------------------------
+# --- the stored columns (their types: streamling.postgres.columns) ---------------------------------
 
 @dataclass(frozen=True)
 class _Column:
@@ -70,348 +74,6 @@ class _Column:
     name: str
     pg_type: str
     encode: str  # "plain" | "json" (to_json in Spark) | "bytea" (hex text in Spark)
-
-
-def pg_type_for(data_type: DataType, metadata: dict[str, Any] | None = None) -> tuple[str, str]:
-    """The Postgres column type for a Spark type and the Spark-side encoding it needs.
-
-    Scalars map as their Streamling type does (``streamling.spec.types``): a wide decimal, carried
-    as exact text tagged in ``metadata``, becomes ``NUMERIC(p,s)`` and its text is copied as is."""
-    from pyspark.sql import types as T
-
-    kind = from_spark(data_type, metadata)
-    if kind is not None:
-        return kind.postgres(), "plain"
-    simple: list[tuple[type, str]] = [(T.DateType, "DATE"), (T.TimestampNTZType, "TIMESTAMP"), (T.NullType, "TEXT")]
-    for spark_type, pg in simple:
-        if isinstance(data_type, spark_type):
-            return pg, "plain"
-    if isinstance(data_type, T.BinaryType):
-        return "BYTEA", "bytea"
-    nested: tuple[type, ...] = (T.StructType, T.ArrayType, T.MapType)
-    variant = getattr(T, "VariantType", None)
-    if variant is not None:
-        nested += (variant,)
-    if isinstance(data_type, nested):
-        return "JSONB", "json"
-    raise ValueError(f"Spark type {data_type.simpleString()} has no Postgres mapping")
-
-
-_INT_RANK = {"smallint": 1, "integer": 2, "bigint": 3}
-_INT_DIGITS = {"smallint": 5, "integer": 10, "bigint": 19}  # digits of the largest value
-_NUMERIC = re.compile(r"numeric(?:\((\d+)(?:,(\d+))?\))?$")
-_TIMESTAMP = re.compile(r"timestamp(?:\((\d+)\))? with(?:out)? time zone$")
-_TEXTUAL = {"text", "uuid", "json", "jsonb", "citext", "name"}
-
-
-def _numeric_holds(actual: str, int_digits: int, scale: int) -> bool:
-    """Can a Postgres ``numeric`` (or, for scale 0, integer) column hold every value with
-    ``int_digits`` digits before the point and ``scale`` after it?"""
-    if actual in _INT_DIGITS:
-        return scale == 0 and int_digits <= _INT_DIGITS[actual] - 1
-    m = _NUMERIC.match(actual)
-    if not m:
-        return False
-    if m.group(1) is None:
-        return True
-    precision, actual_scale = int(m.group(1)), int(m.group(2) or 0)
-    return actual_scale >= scale and precision - actual_scale >= int_digits
-
-
-def compatible(expected: str, actual: str) -> bool:
-    """Whether an existing column of type ``actual`` (``format_type`` text) can store the values the
-    sink would put in ``expected`` without losing range or precision. The sink never coerces."""
-    exp, act = expected.lower(), actual.lower()
-    if exp in _INT_RANK:
-        if act in _INT_RANK:
-            return _INT_RANK[act] >= _INT_RANK[exp]
-        return _NUMERIC.match(act) is not None and _numeric_holds(act, _INT_DIGITS[exp], 0)
-    m = _NUMERIC.match(exp)
-    if m:
-        precision, scale = int(m.group(1) or 38), int(m.group(2) or 0)
-        return _numeric_holds(act, precision - scale, scale)
-    if exp == "real":
-        return act in {"real", "double precision", "numeric"}
-    if exp == "double precision":
-        return act in {"double precision", "numeric"}
-    if exp == "text":
-        return act in _TEXTUAL or act.startswith("character")
-    if exp in {"timestamptz", "timestamp"}:
-        ts = _TIMESTAMP.match(act)
-        return ts is not None and int(ts.group(1) or 6) >= 6
-    if exp == "date":
-        return act == "date" or _TIMESTAMP.match(act) is not None
-    if exp == "jsonb":
-        return act in {"jsonb", "json", "text"}
-    return exp == act
-
-
-# --- the per-partition writer (runs in a Spark task) ------------------------------------------------
-
-@dataclass
-class _Statements:
-    """SQL for one column set, built once on the driver and shipped to every writer."""
-
-    stage: str
-    create_stage: str
-    copy_stage: str
-    copy_target: str
-    insert: str
-    delete: str
-    # The common epoch (inserts and updates only, one row per key) skips the op and round columns.
-    plain: str = ""
-    create_plain: str = ""
-    copy_plain: str = ""
-    insert_plain: str = ""
-
-
-@dataclass(frozen=True)
-class _Marks:
-    """Where a keyless writer records the partitions of an epoch it wrote (replay protection)."""
-
-    check: str
-    check_legacy: str  # "" unless the table of the one-row-per-sink marks of earlier versions exists
-    mark: str
-    args: tuple[str, str, str]  # sink token, sink, target table
-    epoch_id: int
-
-
-#: One row per partition writer: what it wrote and, instead of an exception, how it failed.
-RESULT_DDL = ("partition int, received long, upserts long, deletes long, skipped_deletes long, replayed boolean, "
-              "attempts long, error_kind string, sqlstate string, detail string")
-
-
-@dataclass(frozen=True)
-class PartitionWriter:
-    """Writes one Spark partition of an epoch in one transaction and yields one result row.
-
-    Called by ``mapInArrow`` on the executors. It never raises into Spark (Spark would retry the
-    task behind the flow's back, multiplying an outage's attempts): a failure is classified here
-    with ``streamling.postgres`` and reported, and the driver raises it once, naming the node."""
-
-    node: str
-    key: tuple[str, ...]
-    names: tuple[str, ...]
-    deduplicate: bool
-    first_wins: bool
-    statements: _Statements
-    conninfo: str
-    target: str
-    pool_settings: PoolSettings
-    secret: str | None
-    marks: _Marks | None
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-        from pyspark import TaskContext
-
-        task = TaskContext.get()
-        part = task.partitionId() if task is not None else 0
-        chunks = [b for b in batches if b.num_rows]
-        result = self.write(pa.Table.from_batches(chunks) if chunks else None, part)
-        yield pa.RecordBatch.from_pylist([result], schema=_result_schema())
-
-    def write(self, table: pa.Table | None, part: int, pool: PostgresPool | None = None) -> dict[str, Any]:
-        """Write one partition's rows; the result row (an empty partition connects to nothing).
-        ``pool``: the driver's own when it is the writer; executors take their process's pool."""
-        from streamling.postgres import connect_attempts, shared_pool
-
-        result: dict[str, Any] = {"partition": part, "received": 0, "upserts": 0, "deletes": 0,
-                                  "skipped_deletes": 0, "replayed": False, "attempts": 0, "error_kind": None,
-                                  "sqlstate": None, "detail": None}
-        if table is None or table.num_rows == 0:
-            return result
-        result["received"] = table.num_rows
-        before = connect_attempts(self.target)
-        try:
-            payload, stats = self._shape(table)
-            result.update(upserts=stats["upserts"], deletes=stats["deletes"], skipped_deletes=stats["skipped"])
-            pool = pool or shared_pool(self.conninfo, target=self.target, describe=f"{NODE_KIND} '{self.node}'",
-                                       application_name=f"streamling:{self.node}", settings=self.pool_settings)
-            with pool.connection() as conn:
-                result["replayed"] = not self._write(conn, payload, stats, part)
-        except Exception as exc:  # noqa: BLE001 - reported to the driver, which raises it once
-            result.update(zip(("error_kind", "sqlstate", "detail"), classify(exc, self.secret), strict=True))
-        finally:
-            result["attempts"] = connect_attempts(self.target) - before
-        return result
-
-    def _shape(self, table: pa.Table) -> tuple[bytes, dict[str, int]]:
-        """Restore the epoch's order, dedup (last row per key wins; the first with ``on_conflict:
-        nothing``), assign rounds, and render the COPY payload.
-
-        With ``deduplicate: false`` a key can appear several times; its rows are then applied in
-        order, one *round* per occurrence, so the result matches row-by-row application.
-        """
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.csv as pacsv
-
-        if SEQ_COL in table.column_names:  # the shuffle may interleave the epoch's upstream partitions
-            table = table.take(pc.sort_indices(table.column(SEQ_COL))).drop_columns([SEQ_COL])
-        deletes, table = _split_ops(table)
-        key = list(self.key)
-        n = table.num_rows
-        skipped = 0
-        rounds = np.zeros(n, dtype=np.int32)
-        # One key column whose values are already distinct (the common epoch) needs no grouping.
-        unique = len(key) == 1 and pc.count_distinct(table.column(key[0]), mode="all").as_py() == n
-        if key and not unique:
-            idx = pa.array(np.arange(n, dtype=np.int64))
-            keyed = pa.table([table.column(k) for k in key] + [idx], names=[*key, "__i"])
-            last = keyed.group_by(key, use_threads=False).aggregate([("__i", "max")])
-            if last.num_rows != n:
-                if self.first_wins:
-                    take, rounds = _first_wins(table, deletes, key)
-                    table, deletes = table.take(pa.array(take)), pc.take(deletes, pa.array(take))
-                    n = table.num_rows
-                elif self.deduplicate:
-                    keep = pc.sort_indices(last.column("__i_max"))
-                    take = pc.take(last.column("__i_max"), keep)
-                    table, deletes = table.take(take), pc.take(deletes, take)
-                    n = table.num_rows
-                    rounds = np.zeros(n, dtype=np.int32)
-                else:
-                    seen: dict[tuple[Any, ...], int] = {}
-                    keys = zip(*(table.column(k).to_pylist() for k in key), strict=True)
-                    for i, k in enumerate(keys):
-                        rounds[i] = seen.get(k, 0)
-                        seen[k] = rounds[i] + 1
-        elif not key and pc.any(deletes).as_py():
-            skipped = int(pc.sum(deletes).as_py() or 0)
-            keep_mask = pc.invert(deletes)
-            table, deletes = table.filter(keep_mask), pc.filter(deletes, keep_mask)
-        n_del = int(pc.sum(deletes).as_py() or 0)
-        n_rounds = int(rounds.max()) + 1 if n else 0
-        plain = bool(key) and n_del == 0 and n_rounds == 1
-        shaped = table.select(list(self.names))
-        if key and not plain:
-            shaped = shaped.append_column(DELETE_COL, deletes).append_column(ROUND_COL, pa.array(rounds))
-        buf = io.BytesIO()
-        pacsv.write_csv(shaped, buf, pacsv.WriteOptions(include_header=False))
-        stats = {"upserts": table.num_rows - n_del, "deletes": n_del, "rounds": n_rounds, "plain": int(plain),
-                 "skipped": skipped}
-        return buf.getvalue(), stats
-
-    def _write(self, conn: psycopg.Connection[Any], payload: bytes, stats: dict[str, int], part: int) -> bool:
-        """One transaction; False when a keyless partition of this epoch was already written."""
-        st = self.statements
-        stages: set[str] = getattr(conn, STAGES_ATTR, set())
-        stage = ""
-        with conn.cursor() as cur:
-            if not self.key:
-                if self.marks is not None and self._already_written(cur, self.marks, part):
-                    conn.rollback()
-                    return False
-                if stats["upserts"]:
-                    with cur.copy(st.copy_target) as copy:
-                        copy.write(payload)
-                if self.marks is not None:
-                    cur.execute(self.marks.mark, (*self.marks.args, part, self.marks.epoch_id))
-            elif stats.get("plain"):
-                stage = st.plain
-                if stage not in stages:
-                    cur.execute(st.create_plain)
-                with cur.copy(st.copy_plain) as copy:
-                    copy.write(payload)
-                cur.execute(st.insert_plain)
-            else:
-                stage = st.stage
-                if stage not in stages:
-                    cur.execute(st.create_stage)
-                with cur.copy(st.copy_stage) as copy:
-                    copy.write(payload)
-                for r in range(stats["rounds"]):
-                    if stats["deletes"]:
-                        cur.execute(st.delete, (r,))
-                    if stats["upserts"]:
-                        cur.execute(st.insert, (r,))
-        conn.commit()
-        if stage:
-            stages.add(stage)
-            setattr(conn, STAGES_ATTR, stages)
-        return True
-
-    @staticmethod
-    def _already_written(cur: psycopg.Cursor[Any], marks: _Marks, part: int) -> bool:
-        """Keyless inserts are not idempotent: each partition remembers the last epoch it wrote
-        (a whole epoch recorded by an earlier version counts for every partition)."""
-        cur.execute(marks.check, (*marks.args, part))
-        row = cur.fetchone()
-        if row is not None and row[0] >= marks.epoch_id:
-            return True
-        if marks.check_legacy:
-            cur.execute(marks.check_legacy, marks.args)
-            row = cur.fetchone()
-            return row is not None and row[0] >= marks.epoch_id
-        return False
-
-
-def _result_schema() -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema([("partition", pa.int32()), ("received", pa.int64()), ("upserts", pa.int64()),
-                      ("deletes", pa.int64()), ("skipped_deletes", pa.int64()), ("replayed", pa.bool_()),
-                      ("attempts", pa.int64()), ("error_kind", pa.string()), ("sqlstate", pa.string()),
-                      ("detail", pa.string())])
-
-
-def classify(exc: BaseException, secret: str | None) -> tuple[str, str | None, str]:
-    """How a writer failed, as plain values the driver turns into the sink's error: ``auth``,
-    ``transient``, ``rejected`` (Postgres refused the data or the statement) or ``internal``
-    (``internal_transient`` when worth another attempt); the SQLSTATE; the masked first line."""
-    import psycopg
-
-    from streamling.errors import is_retriable
-    from streamling.postgres import first_line, is_authentication_failure, is_transient, mask
-
-    detail = mask(first_line(exc), [secret])
-    state = getattr(exc, "sqlstate", None)
-    if is_authentication_failure(exc):
-        kind = "auth"
-    elif isinstance(exc, psycopg.Error):
-        kind = "transient" if is_transient(exc) else "rejected"
-    else:
-        kind = "internal_transient" if is_retriable(exc) else "internal"
-        detail = f"{type(exc).__name__}: {detail}"
-    return kind, state, detail
-
-
-def _split_ops(table: pa.Table) -> tuple[pa.Array, pa.Table]:
-    """A boolean delete mask from ``_gs_op`` (``d``, any case) and the table without it."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if GS_OP not in table.column_names:
-        return pa.array(np.zeros(table.num_rows, dtype=bool)), table
-    ops = table.column(GS_OP)
-    if not pa.types.is_string(ops.type) and not pa.types.is_large_string(ops.type):
-        ops = ops.cast(pa.string())
-    mask = pc.fill_null(pc.equal(pc.utf8_lower(pc.utf8_trim_whitespace(ops)), "d"), False)
-    return mask.combine_chunks(), table.drop_columns([GS_OP])
-
-
-def _first_wins(table: pa.Table, deletes: pa.Array, key: list[str]) -> tuple[Any, Any]:
-    """Rows to keep and their rounds under ``on_conflict: nothing``: the first row of a key in the
-    epoch wins (later versions would hit ``DO NOTHING`` row by row). A delete resets the key, so
-    per key at most its last delete (round 0) and the first upsert after it (round 1) remain."""
-    import numpy as np
-
-    flags = deletes.to_pylist()
-    chosen: dict[tuple[Any, ...], list[int]] = {}
-    keys = zip(*(table.column(k).to_pylist() for k in key), strict=True)
-    for i, k in enumerate(keys):
-        kept = chosen.get(k)
-        if flags[i] or kept is None:
-            chosen[k] = [i]
-        elif len(kept) == 1 and flags[kept[0]]:
-            kept.append(i)
-    pairs = sorted((i, r) for kept in chosen.values() for r, i in enumerate(kept))
-    take = np.fromiter((i for i, _ in pairs), dtype=np.int64, count=len(pairs))
-    rounds = np.fromiter((r for _, r in pairs), dtype=np.int32, count=len(pairs))
-    return take, rounds
 
 
 # --- the sink ------------------------------------------------------------------------------------
@@ -430,7 +92,7 @@ class PostgresSink(Sink[PostgresSinkOptions]):
         self.qualified = f'"{self.options.schema_}"."{self.options.table}"'
         self._pool: PostgresPool | None = None
         self._verified: tuple[tuple[str, str], ...] | None = None  # column set checked against table
-        self._statements: dict[tuple[str, ...], _Statements] = {}
+        self._statements: dict[tuple[str, ...], Statements] = {}
         self._legacy_marks = False  # the one-row-per-sink marks table of earlier versions exists
         self._warned_keyless_delete = False
 
@@ -527,6 +189,8 @@ class PostgresSink(Sink[PostgresSinkOptions]):
         return df.repartition(count, *[F.col("`" + c.replace("`", "``") + "`") for c in df.columns])
 
     def _columns(self, schema: StructType) -> list[_Column]:
+        from streamling.postgres.columns import pg_type_for
+
         out = []
         for f in schema.fields:
             if f.name == GS_OP:
@@ -580,7 +244,9 @@ class PostgresSink(Sink[PostgresSinkOptions]):
             return
         from psycopg import sql
 
-        existing = self._describe(conn)
+        from streamling.postgres.columns import ExistingTable
+
+        existing = ExistingTable.describe(conn, self.options.schema_, self.options.table)
         if existing is None:
             defs = [sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(c.pg_type)) for c in columns]
             if self.key:
@@ -592,19 +258,12 @@ class PostgresSink(Sink[PostgresSinkOptions]):
             conn.commit()
             log.info("postgres sink '%s': created table %s", self.name, self.qualified)
         else:
-            types, unique_sets = existing
-            problems = []
-            for c in columns:
-                actual = types.get(c.name)
-                if actual is None:
-                    problems.append(f"column \"{c.name}\" ({c.pg_type}) is missing")
-                elif not compatible(c.pg_type, actual):
-                    problems.append(f"column \"{c.name}\" is {actual} but the input needs {c.pg_type}")
+            problems = existing.problems((c.name, c.pg_type) for c in columns)
             if problems:
                 raise self._error(f"existing table {self.qualified} does not fit the input: "
                                   + "; ".join(problems), code="postgres_schema_mismatch",
                                   hint="alter or drop the table, or cast the column in an SQL transform")
-            if self.key and frozenset(self.key) not in unique_sets:
+            if self.key and not existing.has_unique(self.key):
                 raise self._error(f"existing table {self.qualified} has no primary key or unique index on "
                                   f"({', '.join(self.key)})", code="postgres_schema_mismatch",
                                   hint="add one (ALTER TABLE … ADD PRIMARY KEY) or fix primary_key")
@@ -614,28 +273,6 @@ class PostgresSink(Sink[PostgresSinkOptions]):
             self._ensure_marks(conn)
         self._verified = signature
 
-    def _describe(self, conn: psycopg.Connection[Any]) -> tuple[dict[str, str], set[frozenset[str]]] | None:
-        """Column types (``format_type``) and unique column sets of the target, or None if absent."""
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
-                (self.options.schema_, self.options.table))
-            row = cur.fetchone()
-            if row is None:
-                conn.commit()
-                return None
-            oid = row[0]
-            cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-                        "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped", (oid,))
-            types = {name: typ for name, typ in cur.fetchall()}
-            cur.execute(
-                "SELECT array_agg(a.attname::text) FROM pg_index i "
-                "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-                "WHERE i.indrelid = %s AND i.indisunique AND i.indpred IS NULL GROUP BY i.indexrelid", (oid,))
-            unique_sets = {frozenset(r[0]) for r in cur.fetchall()}
-        return types, unique_sets
-
     def _check_update_where(self, columns: list[_Column]) -> None:
         names = {c.name for c in columns}
         unknown = [c for c in (self.options.update_where or {}) if c not in names]
@@ -643,7 +280,7 @@ class PostgresSink(Sink[PostgresSinkOptions]):
             raise self._error(f"update_where names column(s) not in the input: {', '.join(unknown)}",
                               hint="use columns the sink writes")
 
-    def _statements_for(self, names: list[str]) -> _Statements:
+    def _statements_for(self, names: list[str]) -> Statements:
         cached = self._statements.get(tuple(names))
         if cached is not None:
             return cached
@@ -689,7 +326,7 @@ class PostgresSink(Sink[PostgresSinkOptions]):
             delete = sql.SQL("DELETE FROM {target} AS t USING {stage} AS s WHERE s.{d} AND s.{r} = %s AND {match}"
                              ).format(target=target, stage=stage, match=match, d=sql.Identifier(DELETE_COL),
                                       r=sql.Identifier(ROUND_COL))
-        st = _Statements(stage_name, create_stage.as_string(), copy_stage.as_string(), copy_target.as_string(),
+        st = Statements(stage_name, create_stage.as_string(), copy_stage.as_string(), copy_target.as_string(),
                          insert.as_string(), delete.as_string())
         if self.key:
             plain = sql.Identifier(f"{stage_name}_plain")
@@ -723,7 +360,7 @@ class PostgresSink(Sink[PostgresSinkOptions]):
         conn.commit()
         self._legacy_marks = bool(row and row[0])
 
-    def _marks(self, epoch: Epoch) -> _Marks | None:
+    def _marks(self, epoch: Epoch) -> Marks | None:
         if not epoch.sink_token:
             return None
         from psycopg import sql
@@ -733,7 +370,7 @@ class PostgresSink(Sink[PostgresSinkOptions]):
         if self._legacy_marks:
             legacy = sql.SQL("SELECT epoch_id FROM {} WHERE sink_token = %s AND sink = %s AND target = %s").format(
                 sql.Identifier(self.options.schema_, EPOCHS_TABLE)).as_string()
-        return _Marks(
+        return Marks(
             check=sql.SQL("SELECT epoch_id FROM {} WHERE sink_token = %s AND sink = %s AND target = %s AND "
                           "partition_id = %s FOR UPDATE").format(marks).as_string(),
             check_legacy=legacy,

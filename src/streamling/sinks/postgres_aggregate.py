@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
-from streamling.sinks.postgres import EPOCHS_TABLE, pg_type_for
-from streamling.spec.nodes import PostgresAggregateSinkOptions
+from streamling.sinks.postgres import EPOCHS_TABLE
+from streamling.spec.sinks import PostgresAggregateSinkOptions
 
 if TYPE_CHECKING:
     import psycopg
@@ -80,6 +80,8 @@ class PostgresAggregateSink(Sink[PostgresAggregateSinkOptions]):
     # --- DDL ------------------------------------------------------------------------------------
 
     def _landing_columns(self, schema: StructType) -> list[tuple[str, str]]:
+        from streamling.postgres.columns import pg_type_for
+
         out = []
         for field in schema.fields:
             if field.name == GS_OP:

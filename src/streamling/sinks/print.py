@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
 from streamling.sinks.common import arrow_chunks
-from streamling.spec.nodes import PrintSinkOptions
+from streamling.spec.sinks import PrintSinkOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -16,7 +16,7 @@ from streamling.errors import NodeFailure, node_failure_from_text
 from streamling.http.client import HttpSender, build_call, encode_requests, rounds
 from streamling.runtime.nodes import Epoch, NodeContext, Sink
 from streamling.sinks.common import arrow_chunks
-from streamling.spec.nodes import WebhookSinkOptions
+from streamling.spec.sinks import WebhookSinkOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamling.errors import NodeFailure, StreamlingError
 from streamling.runtime.nodes import GS_OP, NodeContext, Source
-from streamling.spec.nodes import ClickHouseSourceOptions
+from streamling.spec.sources import ClickHouseSourceOptions
 from streamling.state import is_durable
 
 if TYPE_CHECKING:

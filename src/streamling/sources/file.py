@@ -26,7 +26,7 @@ from streamling import storage
 from streamling.errors import StreamlingError, chain_text, first_line
 from streamling.runtime.jvm_death import jvm_failure
 from streamling.runtime.nodes import GS_OP, NodeContext, Source
-from streamling.spec.nodes import FileSourceOptions
+from streamling.spec.sources import FileSourceOptions
 from streamling.util import parse_duration_secs
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from streamling.sources.generate_rows import (
     generate_exprs,
     register_generate,
 )
-from streamling.spec.nodes import GenerateSourceOptions
+from streamling.spec.sources import GenerateSourceOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Source
 from streamling.sources.clickhouse import START_AT_ON_RESTART, ClickHouseSource
-from streamling.spec.nodes import REGISTRY, ClickHouseSourceOptions, HybridSourceOptions
+from streamling.spec.nodes import REGISTRY
+from streamling.spec.sources import ClickHouseSourceOptions, HybridSourceOptions
 from streamling.state import is_durable
 
 if TYPE_CHECKING:

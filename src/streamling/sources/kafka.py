@@ -43,7 +43,7 @@ from streamling.kafka.avro import (
 )
 from streamling.kafka.registry import RegisteredSchema, Registry
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Source
-from streamling.spec.nodes import KafkaSourceOptions
+from streamling.spec.sources import KafkaSourceOptions
 from streamling.spec.sql import spark_expression
 from streamling.spec.types import ColumnType, spark_ddl, wide_columns
 

@@ -12,20 +12,18 @@ from pydantic import ValidationError as PydanticValidationError
 
 from streamling.errors import StreamlingError, ValidationError
 from streamling.spec.loader import LoadedDocument, load_yaml_file, parse_yaml
-from streamling.spec.nodes import (
+from streamling.spec.nodes import REGISTRY, NodeType
+from streamling.spec.options import (
     LABEL_KEY,
     MAX_LABEL_VALUE_BYTES,
     MAX_LABELS,
-    REGISTRY,
     RESERVED_LABELS,
-    DynamicTableTransformOptions,
     FromNodeOptions,
     NodeOptions,
-    NodeType,
-    SqlTransformOptions,
     parse_key,
 )
 from streamling.spec.sql import DYNAMIC_TABLE_CHECK, analyze_sql, dynamic_table_sql_problems, expression_problems
+from streamling.spec.transforms import DynamicTableTransformOptions, SqlTransformOptions
 from streamling.util import did_you_mean
 
 Kind = Literal["source", "transform", "sink"]

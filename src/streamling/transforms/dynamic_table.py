@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from streamling.errors import StreamlingError, first_line
 from streamling.runtime.nodes import Epoch, NodeContext, Transform
-from streamling.spec.nodes import IDENTIFIER, DynamicTableTransformOptions
+from streamling.spec.transforms import IDENTIFIER, DynamicTableTransformOptions
 from streamling.transforms.sql import UpstreamSql
 
 if TYPE_CHECKING:

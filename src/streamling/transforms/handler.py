@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from streamling.http.client import HttpCall, HttpSender, build_call, encode_requests, response_rows, rounds
 from streamling.runtime.nodes import Epoch, NodeContext
-from streamling.spec.nodes import HandlerTransformOptions
+from streamling.spec.transforms import HandlerTransformOptions
 from streamling.spec.types import decimal_texts, from_metadata, parse_type, with_wide_metadata
 from streamling.transforms.arrow import ArrowTransform, BatchFunction
 

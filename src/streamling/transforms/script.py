@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamling.errors import NodeFailure, first_line
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext
-from streamling.spec.nodes import ScriptTransformOptions
+from streamling.spec.transforms import ScriptTransformOptions
 from streamling.spec.types import decimal_texts, from_metadata, parse_type, with_wide_metadata
 from streamling.transforms import quickjs, script_schema
 from streamling.transforms.arrow import ArrowTransform, BatchFunction

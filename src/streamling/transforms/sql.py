@@ -10,8 +10,8 @@ from streamling.errors import spark_sql_message
 from streamling.functions.catalog import register_udfs
 from streamling.functions.dynamic_table import DynamicTableChecks
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Transform
-from streamling.spec.nodes import SqlTransformOptions
 from streamling.spec.sql import analyze_sql, pin_clock, rewrite_sql, uses_clock
+from streamling.spec.transforms import SqlTransformOptions
 
 if TYPE_CHECKING:
     from collections.abc import Callable

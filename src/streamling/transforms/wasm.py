@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamling.errors import NodeFailure, first_line
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext
-from streamling.spec.nodes import WasmTransformOptions
+from streamling.spec.transforms import WasmTransformOptions
 from streamling.spec.types import decimal_texts, from_metadata, parse_type, with_wide_metadata
 from streamling.transforms.arrow import ArrowTransform, BatchFunction
 

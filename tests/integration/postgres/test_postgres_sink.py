@@ -19,9 +19,10 @@ from streamling.config import load_settings
 from streamling.config.settings import RetrySettings
 from streamling.errors import StreamlingError
 from streamling.postgres import connect_attempts
+from streamling.postgres.columns import compatible
 from streamling.runtime.nodes import Epoch, NodeContext
 from streamling.runtime.retry import call_with_retry
-from streamling.sinks.postgres import PostgresSink, compatible
+from streamling.sinks.postgres import PostgresSink
 from streamling.spec import parse_pipeline
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
