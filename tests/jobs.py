@@ -33,12 +33,16 @@ def attempts(root: Path, env: Mapping[str, str], *args: str) -> list[dict[str, A
 
 
 def wait_for(check: Callable[[], T], timeout: float, what: str) -> T:
+    """Poll ``check`` until it gives a true value. A check that costs time (a ``streamling bundle``
+    command starts a Python process) waits twice that between tries, so polling never takes the
+    cores the drivers it waits for need."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        started = time.monotonic()
         value = check()
         if value:
             return value
-        time.sleep(0.3)
+        time.sleep(max(0.3, 2 * (time.monotonic() - started)))
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
