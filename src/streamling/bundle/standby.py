@@ -108,6 +108,7 @@ class Standby:
             prelaunch,
             session_key,
             warm_executors,
+            warm_local_workers,
         )
 
         parent, released, ready, started = os.getppid(), threading.Event(), threading.Event(), time.monotonic()
@@ -122,11 +123,13 @@ class Standby:
         threading.Thread(target=leave_with_runner, args=(self.go, parent), name="streamling-standby-watch",
                          daemon=True).start()
         settings, ui, role, plan = self._warm_for()
+        if plan is None:  # a pooled driver: warmed with a pipeline like most tasks'
+            plan = self._warm_up_plan(settings)
         spark, idle, holds, warming, kept = None, False, "a SparkSession", None, 0
         if settings.spark.master.startswith("local"):
             spark = build_session(settings, ui=ui)
-            # the first job's one-time costs (code generation, the executor's first task) paid now
-            spark.range(1).count()
+            # the first job's one-time costs (code generation, the first tasks' Python workers) paid now
+            warm_local_workers(spark, self._modules(plan))
         elif idle_conf(settings) is not None:
             # On a cluster its application registers with the master but holds no executor until
             # it takes over (they would be cores the active driver may need): the query planner
@@ -145,7 +148,7 @@ class Standby:
             # when the standby takes over.
             prelaunch(settings, ui=ui)
             holds = "a driver JVM without a SparkContext (spark.conf chooses the executors)"
-        if spark is not None and plan is not None:
+        if spark is not None:
             self._analyze(plan, spark)
         if warming is not None:
             self._await_warm_up(warming, kept, released)
@@ -193,10 +196,27 @@ class Standby:
 
     @staticmethod
     def _modules(plan: Any) -> tuple[str, ...]:
-        """The modules of the task's nodes (their functions run in the executors' Python workers);
-        streamling's own for a pooled driver, which has no task yet."""
-        nodes = plan.nodes.values() if plan is not None else ()
-        return tuple(sorted({type(node).__module__ for node in nodes} or {"streamling.runtime.nodes"}))
+        """The modules of the plan's nodes (their functions run in the executors' Python workers): the
+        task's, or the warm-up pipeline's for a pooled driver, which has no task yet."""
+        return tuple(sorted({type(node).__module__ for node in plan.nodes.values()} or {"streamling.runtime.nodes"}))
+
+    #: what a pooled driver analyses while it waits (it has no task yet): a source, a SQL transform
+    #: and a sink, so that the planner and Spark's analyser have loaded what most tasks need
+    WARM_UP_PIPELINE = """
+sources:
+  numbers: {type: generate, rows: 1, primary_key: id}
+transforms:
+  shaped: {type: sql, sql: "SELECT id, customer, amount * quantity AS total FROM numbers WHERE amount > 0"}
+sinks:
+  out: {type: blackhole, from: shaped}
+"""
+
+    @classmethod
+    def _warm_up_plan(cls, settings: Settings) -> Any:
+        from streamling.runtime.planner import build_plan
+        from streamling.spec.pipeline import parse_pipeline
+
+        return build_plan(parse_pipeline(cls.WARM_UP_PIPELINE, "<warm-up>"), settings, dry_run=True)
 
     @staticmethod
     def _analyze(plan: Any, spark: Any) -> None:

@@ -266,6 +266,33 @@ def _import_in_worker(modules: tuple[str, ...], batches: Any) -> Any:
         yield batch.slice(0, 0)
 
 
+def _warm_up_job(spark: SparkSession, modules: tuple[str, ...]) -> int:
+    """One small job with a task per core: code generation, and a Python worker per core that
+    imports ``modules`` (Spark reuses it for the next tasks). Returns its number of tasks."""
+    import functools
+
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    (spark.range(0, cores, numPartitions=cores).selectExpr("id", "id * 2 AS twice")
+     .mapInArrow(functools.partial(_import_in_worker, modules), "id bigint, twice bigint").collect())
+    return cores
+
+
+def warm_local_workers(spark: SparkSession, modules: tuple[str, ...]) -> None:
+    """Run the warm-up job now in a local session (its executor is the driver): a standby's or a
+    pooled driver's first epoch then finds its Python workers started, ``modules`` imported, and the
+    first job's code generated. A failure only costs that head start: the first epoch does it."""
+    import time
+
+    started = time.monotonic()
+    try:
+        cores = _warm_up_job(spark, modules)
+    except Exception as exc:  # noqa: BLE001 - only a head start; the first epoch says what fails
+        log.info("the Python workers could not be warmed up (%s); the first epoch starts them", first_line(exc))
+        return
+    log.info("warmed up in %.1fs (%d task(s); Python workers with %s)", time.monotonic() - started, cores,
+             ", ".join(modules))
+
+
 def warm_executors(spark: SparkSession, count: int, modules: tuple[str, ...],
                    stop: threading.Event) -> threading.Thread:
     """In the background, once ``count`` executors have registered, run one small job with a task
@@ -273,7 +300,6 @@ def warm_executors(spark: SparkSession, count: int, modules: tuple[str, ...],
     ``modules``, and Spark keeps that worker for the next task. A standby's first epoch then starts
     on executors that have done it all. ``stop`` (set at takeover) ends the wait; a warm-up job still
     running then is cancelled (its cores are the first epoch's)."""
-    import functools
     import time
 
     def run() -> None:
@@ -285,10 +311,8 @@ def warm_executors(spark: SparkSession, count: int, modules: tuple[str, ...],
             if stop.is_set():
                 return
             registered = time.monotonic()
-            cores = max(1, sc.defaultParallelism)
             sc.setJobGroup(_WARM_UP_GROUP, "warm-up of the standby's executors", interruptOnCancel=True)
-            (spark.range(0, cores, numPartitions=cores).selectExpr("id", "id * 2 AS twice")
-             .mapInArrow(functools.partial(_import_in_worker, modules), "id bigint, twice bigint").collect())
+            cores = _warm_up_job(spark, modules)
         except Exception as exc:  # noqa: BLE001 - only a head start; cancelled at takeover, or the job says why
             if not stop.is_set():
                 log.info("the standby's executors could not be warmed up (%s); the first epoch does it",
