@@ -6,6 +6,7 @@ On real Spark and a real Postgres."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 import time
 from collections.abc import Iterator
@@ -110,7 +111,13 @@ def test_a_new_jobs_first_run_starts_in_the_pooled_warm_driver(
     print(f"deploy → first row of a new job, pooled driver warm: {time.monotonic() - started:.1f}s")
     [second] = attempts(root, env, "second")
     assert second["pid"] == pooled, second
-    assert "pooled warm driver takes over" in Path(second["log_path"]).read_text()
+    text = Path(second["log_path"]).read_text()
+    assert "pooled warm driver takes over" in text
+    # While it waited it started its Python workers (the first epoch reuses them) and analysed a
+    # pipeline like the task's, so neither cost is the new job's.
+    assert re.search(r"warmed up in [\d.]+s \(2 task\(s\); Python workers with streamling.sinks.blackhole, "
+                     r"streamling.sources.generate, streamling.transforms.sql\)", text), text[-3000:]
+    assert text.index("warmed up in") < text.index("pooled warm driver takes over")
 
     # A task whose Spark settings are its own (its cluster's spark_conf) cannot use a session warmed
     # for the target's: the warm driver becomes its cold driver, in the same process, same rows.
