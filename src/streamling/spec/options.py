@@ -38,17 +38,20 @@ class EventTime(BaseModel):
     unit: Literal["seconds", "milliseconds", "microseconds"] = "milliseconds"
 
 
+def text_map(value: Any) -> Any:
+    """A YAML mapping whose values are text (labels, headers, plugin config): numbers and booleans as
+    they read, a null as empty text; anything else is left for the model to refuse."""
+    if isinstance(value, dict):
+        return {str(k): "" if v is None else str(v) for k, v in value.items()}
+    return value
+
+
 class Telemetry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     labels: dict[str, str] = Field(default_factory=dict)
     event_time: EventTime | None = None
 
-    @field_validator("labels", mode="before")
-    @classmethod
-    def _stringify(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {str(k): "" if v is None else str(v) for k, v in value.items()}
-        return value
+    _labels = field_validator("labels", mode="before")(classmethod(lambda cls, value: text_map(value)))
 
 
 class NodeOptions(BaseModel):
@@ -162,12 +165,7 @@ class HttpNodeOptions(FromNodeOptions):
             raise ValueError(f"must be an http:// or https:// URL (got {value!r})")
         return value.strip()
 
-    @field_validator("headers", mode="before")
-    @classmethod
-    def _header_text(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {str(k): "" if v is None else str(v) for k, v in value.items()}
-        return value
+    _headers = field_validator("headers", mode="before")(classmethod(lambda cls, value: text_map(value)))
 
 
 def parse_key(text: str | None) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails
 
-from streamling.spec.options import FromNodeOptions, HttpNodeOptions, check_column_types
+from streamling.spec.options import FromNodeOptions, HttpNodeOptions, check_column_types, text_map
 from streamling.spec.types import check_type_names
 
 
@@ -47,12 +47,7 @@ class WasmTransformOptions(FromNodeOptions):
     timeout_ms: int = Field(default=10_000, ge=1, description="per plugin call")
     memory_max_pages: int | None = Field(default=None, ge=1, description="64 KiB pages")
 
-    @field_validator("config", mode="before")
-    @classmethod
-    def _config_text(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {str(k): "" if v is None else str(v) for k, v in value.items()}
-        return value
+    _config = field_validator("config", mode="before")(classmethod(lambda cls, value: text_map(value)))
 
     _types = field_validator("schema_")(classmethod(lambda cls, value: check_column_types(value)))
 
