@@ -63,7 +63,7 @@ def test_a_webhook_token_reaches_the_endpoint_but_never_the_store_or_the_log(
             f"http://ops:hook-secret@127.0.0.1:{_closed_port()}/down?token=hook-token-123"]
     caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.WARNING, logger="httpx")  # as the runner's logging setup leaves httpx
-    runner._send_webhooks(7, "on_failure", urls, {"event": "on_failure"})
+    runner.notifications.send_webhooks(7, "on_failure", urls, {"event": "on_failure"})
 
     assert [s.split(" ")[0] for s in _Endpoint.seen] == ["/ok?token=hook-token-123", "/fail?token=hook-token-123"]
     assert "Basic " in _Endpoint.seen[0]  # the credentials were sent
@@ -87,7 +87,8 @@ def test_an_error_echoing_the_url_in_another_spelling_is_masked(
     monkeypatch.setattr(httpx, "post", refuse)
     runner = Runner(tmp_path / "root")
     caplog.set_level(logging.DEBUG)
-    runner._send_webhooks(7, "on_start", ["http://ops:hook-secret@hooks.example.com/x?b=2&token=hook-token-123"], {})
+    runner.notifications.send_webhooks(7, "on_start",
+                                       ["http://ops:hook-secret@hooks.example.com/x?b=2&token=hook-token-123"], {})
 
     [row] = runner.store.notifications(7)
     assert row["target"] == "http://hooks.example.com/x?…" and row["status"] == "failed"

@@ -714,12 +714,6 @@ class Runner:
             self._continuous_ended = True
             self.triggers.continuous_run_ended(run.job_key, job, state)
 
-    # --- notifications -------------------------------------------------------------------------------
-
-    def _send_webhooks(self, run_id: int, event: str, urls: list[str], payload: dict[str, Any]) -> None:
-        """Post one event's webhooks now (``Notifications.notify`` posts them from a thread). Kept on
-        the runner because the webhook redaction tests send through a runner."""
-        self.notifications.send_webhooks(run_id, event, urls, payload)
 
 _DONE_FAILED = ("failed", "cancelled", "timed_out", "upstream_failed")
 
