@@ -106,3 +106,44 @@ def test_a_standby_whose_executors_never_come_is_ready_without_them_and_says_why
     warming.join(5)
     [said] = [r.getMessage() for r in caplog.records]
     assert "the cluster gave none of its 1 executor(s) in 0s" in said and "spark.cores.max" in said
+
+
+def test_a_local_warm_up_that_fails_is_said_once_and_only_costs_the_head_start(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A local standby's or pooled driver's Python workers cannot start (a module its nodes need is
+    missing): one line, no traceback, and the driver still becomes ready (the call returns)."""
+    from streamling.runtime.session import warm_local_workers
+
+    def fails() -> None:
+        raise RuntimeError("PythonException: ModuleNotFoundError: No module named 'acme_plugin'\n  at …")
+
+    with caplog.at_level("INFO", logger="streamling.runtime.session"):
+        warm_local_workers(_fake_spark(0, fails), ("acme_plugin",))
+    [said] = [r.getMessage() for r in caplog.records]
+    assert "could not be warmed up" in said and "No module named 'acme_plugin'" in said
+    assert "at …" not in said and "the first epoch starts them" in said
+
+
+def test_a_pooled_driver_warms_with_the_warm_up_pipeline_or_without_it(
+        tmp_path: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pooled driver has no task: its Python workers import the warm-up pipeline's node modules. If
+    the target's settings do not plan that pipeline, it warms with streamling's own nodes module and
+    says so in one line (the task that takes it reports its own settings' problems)."""
+    from streamling.bundle.standby import Standby
+    from streamling.config import load_settings
+    from streamling.runtime import planner
+
+    settings = load_settings(environ={}, cwd=tmp_path)
+    plan = Standby._warm_up_plan(settings)
+    assert Standby._modules(plan) == ("streamling.sinks.blackhole", "streamling.sources.generate",
+                                      "streamling.transforms.sql")
+
+    def refuse(*_a: Any, **_k: Any) -> None:
+        raise ValueError("plugin.path: /nowhere is not a folder\nmore")
+
+    monkeypatch.setattr(planner, "build_plan", refuse)
+    with caplog.at_level("INFO", logger="streamling.bundle.driver"):
+        assert Standby._warm_up_plan(settings) is None
+    assert Standby._modules(None) == ("streamling.runtime.nodes",)
+    [said] = [r.getMessage() for r in caplog.records]
+    assert "the warm-up pipeline does not plan (plugin.path: /nowhere is not a folder)" in said

@@ -98,8 +98,6 @@ class Standby:
     def wait(self) -> dict[str, Any] | None:
         """Warm up, then the attempt to run once the go file appears; None when released first."""
         import signal
-        import threading
-        import time
 
         from streamling.runtime.session import (
             build_session,
@@ -148,7 +146,7 @@ class Standby:
             # when the standby takes over.
             prelaunch(settings, ui=ui)
             holds = "a driver JVM without a SparkContext (spark.conf chooses the executors)"
-        if spark is not None:
+        if spark is not None and plan is not None:
             self._analyze(plan, spark)
         if warming is not None:
             self._await_warm_up(warming, kept, released)
@@ -197,8 +195,10 @@ class Standby:
     @staticmethod
     def _modules(plan: Any) -> tuple[str, ...]:
         """The modules of the plan's nodes (their functions run in the executors' Python workers): the
-        task's, or the warm-up pipeline's for a pooled driver, which has no task yet."""
-        return tuple(sorted({type(node).__module__ for node in plan.nodes.values()} or {"streamling.runtime.nodes"}))
+        task's, or the warm-up pipeline's for a pooled driver, which has no task yet; streamling's own
+        nodes module without a plan."""
+        nodes = plan.nodes.values() if plan is not None else ()
+        return tuple(sorted({type(node).__module__ for node in nodes} or {"streamling.runtime.nodes"}))
 
     #: what a pooled driver analyses while it waits (it has no task yet): a source, a SQL transform
     #: and a sink, so that the planner and Spark's analyser have loaded what most tasks need
@@ -213,10 +213,18 @@ sinks:
 
     @classmethod
     def _warm_up_plan(cls, settings: Settings) -> Any:
+        """The warm-up pipeline planned for the target's settings; None (nothing analysed, the Python
+        workers import streamling's own nodes module) when those settings do not plan it: only a head
+        start is lost, and the task that takes the driver says what is wrong with its settings."""
         from streamling.runtime.planner import build_plan
         from streamling.spec.pipeline import parse_pipeline
 
-        return build_plan(parse_pipeline(cls.WARM_UP_PIPELINE, "<warm-up>"), settings, dry_run=True)
+        try:
+            return build_plan(parse_pipeline(cls.WARM_UP_PIPELINE, "<warm-up>"), settings, dry_run=True)
+        except Exception as exc:  # noqa: BLE001 - a head start, not a condition of the task
+            log.info("pooled warm driver: the warm-up pipeline does not plan (%s); it warms without it",
+                     first_line(exc))
+            return None
 
     @staticmethod
     def _analyze(plan: Any, spark: Any) -> None:
