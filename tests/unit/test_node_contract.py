@@ -27,7 +27,7 @@ def _implementation(path: str) -> type[Node]:
     return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
-def _options_type(cls: type) -> object:
+def _options_type(cls: type) -> type | None:
     """The options model a node class declares through its base (``Sink[DeltaSinkOptions]``)."""
     for klass in cls.__mro__:
         for base in getattr(klass, "__orig_bases__", ()):
@@ -36,6 +36,12 @@ def _options_type(cls: type) -> object:
                 return args[0]
     return None
 
+
+#: the keys each built-in sink requires, to parse a minimal node with its own model
+SINK_REQUIRED: dict[str, dict[str, object]] = {
+    "print": {}, "blackhole": {}, "delta": {"path": "/tmp/t"}, "kafka": {"topic": "t"},
+    "postgres": {"table": "t"}, "clickhouse": {"table": "t"}, "webhook": {"url": "http://127.0.0.1:9/"},
+    "postgres_aggregate": {"landing_table": "l", "agg_table": "a", "aggregate": {"n": {"fn": "count"}}}}
 
 CASES = [pytest.param(t.kind, t.implementation, t.options, id=f"{t.kind}:{t.name}") for t in BUILTINS] + [
     pytest.param(kind, path, options, id=f"{kind}:plugin") for kind, path, options in PLUGIN_ADAPTERS]
@@ -47,9 +53,32 @@ def test_each_node_type_runs_as_its_kind_with_its_options_model(kind: str, path:
     assert issubclass(cls, BASES[kind]), f"{path} is not a {BASES[kind].__name__}"
     assert not getattr(cls, "__abstractmethods__", None), f"{path} leaves {cls.__abstractmethods__} abstract"
     declared = _options_type(cls)
-    # a node declares the model the registry parses its keys with (the blackhole takes none of its own)
-    assert declared is None or issubclass(options, declared), (path, declared, options)
+    # a node declares the model the registry parses its keys with
+    assert declared is not None and issubclass(options, declared), (path, declared, options)
     assert set(cls.honoured_keys) <= COMMON_KEYS, f"{path}: honoured_keys {set(cls.honoured_keys) - COMMON_KEYS}"
+
+
+@pytest.mark.parametrize("node_type", [t for t in BUILTINS if t.kind == "sink"], ids=lambda t: t.name)
+def test_each_built_in_sink_is_one_module_named_by_one_registry_line(node_type: NodeType) -> None:
+    """Options model, runtime class and its rules in the sink's own module; the registry names the class only."""
+    cls = node_type.load_class()
+    assert node_type.declared_options is None, f"{node_type.name}: registered with an options model of its own"
+    model = node_type.options
+    assert model == _options_type(cls)
+    assert model.__module__ == cls.__module__ == node_type.implementation.partition(":")[0]
+    parsed = model.model_validate({"type": node_type.name, "from": "up", **SINK_REQUIRED[node_type.name]})
+    assert parsed.model_dump()["type"] == node_type.name
+
+
+def test_a_class_without_an_options_model_is_named_with_the_fix() -> None:
+    node_type = NodeType.of("sink", "bare", f"{__name__}:_BareSink")
+    with pytest.raises(TypeError, match=r"declares no options model.*Sink\[MySinkOptions\]"):
+        _ = node_type.options
+
+
+class _BareSink(Sink):
+    def write(self, df: object, epoch: object) -> int:
+        return 0
 
 
 @pytest.mark.parametrize(("kind", "path", "options"), [c for c in CASES if c.values[0] == "sink"])

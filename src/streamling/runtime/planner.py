@@ -7,7 +7,6 @@ sink, so no source of a flow advances before all of its sinks have flushed.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import re
@@ -171,14 +170,13 @@ def _implementation(spec: NodeSpec) -> type:
     """The class named by ``spec``'s type, imported on first use.
 
     The registry (``streamling.spec.nodes``) names each implementation by a ``"module:Class"``
-    string rather than the class: validation runs without Spark, and importing the runtime classes
-    there would import pyspark and cycle back through ``runtime.nodes`` to ``spec``. So the class is
-    checked here against its kind's base, once per lookup, by the typed loaders below."""
-    module_name, _, class_name = spec.node_type.implementation.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    if not isinstance(cls, type):
-        raise _wrong_class(spec, cls)
-    return cls
+    string rather than the class: validation imports only the node modules a pipeline uses, and
+    importing every runtime class there would cycle back through ``runtime.nodes`` to ``spec``. So
+    the class is checked here against its kind's base, once per lookup, by the typed loaders below."""
+    try:
+        return spec.node_type.load_class()
+    except TypeError as exc:
+        raise TypeError(f"{exc} (the runtime of {spec.kind} type '{spec.type}')") from None
 
 
 def _wrong_class(spec: NodeSpec, cls: object) -> TypeError:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from streamling.runtime.nodes import Epoch, Sink
 from streamling.runtime.observe import Counted
 from streamling.runtime.session import has_native_classes
+from streamling.spec.options import FromNodeOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-class BlackholeSink(Sink):
+class BlackholeSinkOptions(FromNodeOptions):
+    type: Literal["blackhole"] = "blackhole"
+
+
+class BlackholeSink(Sink[BlackholeSinkOptions]):
     # One job runs the whole plan (every column of every row) and counts the rows as it discards
     # them, so neither this sink's input nor the node it reads needs an observation of its own.
     reads_once = True

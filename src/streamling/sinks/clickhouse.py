@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from pydantic import AliasChoices, Field
 
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
-from streamling.spec.sinks import ClickHouseSinkOptions
+from streamling.spec.options import FromNodeOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,6 +43,20 @@ NODE_KIND = "clickhouse sink"
 IS_DELETED = "is_deleted"
 INSERT_TIME = "insert_time"
 _NESTED = ("struct", "array", "map", "variant")
+
+
+class ClickHouseSinkOptions(FromNodeOptions):
+    """Upserts into a ClickHouse table: ReplacingMergeTree rows (append-only) or INSERT + DELETE."""
+
+    type: Literal["clickhouse"] = "clickhouse"
+    table: str
+    version_column_name: str | None = None
+    append_only_mode: bool = True
+    schema_override: dict[str, str] | None = Field(default=None, validation_alias=AliasChoices(
+        "schema_override", "schema_overrides"), description="column → ClickHouse type for created tables")
+    compression: Literal["none", "gzip", "zstd", "lz4"] | None = None
+    compression_level: int | None = Field(default=None, ge=0, le=22)
+    deduplicate: bool = True
 
 
 class ClickHouseSink(Sink[ClickHouseSinkOptions]):

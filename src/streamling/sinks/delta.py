@@ -12,17 +12,24 @@ Without a key, epochs are appended idempotently with Delta's ``txnAppId``/``txnV
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from streamling import storage
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
 from streamling.runtime.observe import Counted
 from streamling.sinks.common import last_row_per_key, op_column
-from streamling.spec.sinks import DeltaSinkOptions
+from streamling.spec.options import FromNodeOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
+
+
+class DeltaSinkOptions(FromNodeOptions):
+    type: Literal["delta"] = "delta"
+    path: str
+    deduplicate: bool = True
+    partition_by: list[str] | None = None
 
 
 class DeltaTableReader:

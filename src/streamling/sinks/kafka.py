@@ -17,14 +17,16 @@ task, so an epoch's messages are all acknowledged before the epoch commits eithe
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from pydantic import Field
 
 from streamling.errors import StreamlingError
 from streamling.kafka.avro import avro_row, record_schema
 from streamling.kafka.registry import Registry
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
 from streamling.sinks.common import last_row_per_key, op_column
-from streamling.spec.sinks import KafkaSinkOptions
+from streamling.spec.options import FromNodeOptions, OptionProblem
 from streamling.util import parse_duration_secs
 
 if TYPE_CHECKING:
@@ -34,6 +36,28 @@ if TYPE_CHECKING:
     from streamling.config import Settings
 
 log = logging.getLogger(__name__)
+
+
+class KafkaSinkOptions(FromNodeOptions):
+    primary_key_required: ClassVar[str | None] = ("set primary_key on the sink or on a node upstream; it becomes "
+                                                  "the message key")
+
+    type: Literal["kafka"] = "kafka"
+    topic: str
+    data_format: Literal["avro", "json"] = "avro"
+    topic_partitions: int = Field(default=1, ge=1)
+    compression: Literal["none", "gzip", "lz4", "zstd", "snappy"] = "lz4"
+    message_max_bytes: int | None = Field(default=None, ge=1)
+    deduplicate: bool = True
+
+    def option_problems(self) -> list[OptionProblem]:
+        """``batch_flush_interval`` must read as a duration: it becomes the producer's ``linger.ms``."""
+        if self.batch_flush_interval is not None:
+            try:
+                parse_duration_secs(self.batch_flush_interval)
+            except ValueError as exc:
+                return [OptionProblem("batch_flush_interval", f"batch_flush_interval: {exc}")]
+        return []
 
 
 class KafkaSink(Sink[KafkaSinkOptions]):

@@ -34,7 +34,9 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+
+from pydantic import Field, field_validator
 
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
@@ -49,7 +51,7 @@ from streamling.sinks.postgres_writer import (
     Statements,
     classify,
 )
-from streamling.spec.sinks import PostgresSinkOptions
+from streamling.spec.options import FromNodeOptions
 
 if TYPE_CHECKING:
     import psycopg
@@ -66,6 +68,27 @@ PARTITION_MARKS_TABLE = "_streamling_sink_partition_epochs"
 
 
 # --- the stored columns (their types: streamling.postgres.columns) ---------------------------------
+
+UPDATE_WHERE_OPS = ("=", ">", ">=", "<", "<=", "!=", "<>")
+
+
+class PostgresSinkOptions(FromNodeOptions):
+    type: Literal["postgres"] = "postgres"
+    table: str
+    schema_: str = Field(default="public", alias="schema")
+    on_conflict: Literal["update", "nothing"] = "update"
+    update_where: dict[str, str] | None = None
+    deduplicate: bool = True
+
+    @field_validator("update_where")
+    @classmethod
+    def _ops(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for col, op in (value or {}).items():
+            if op.strip() not in UPDATE_WHERE_OPS:
+                ops = ", ".join(UPDATE_WHERE_OPS)
+                raise ValueError(f"operator {op!r} for column '{col}' is not one of {ops}")
+        return value
+
 
 @dataclass(frozen=True)
 class _Column:

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import io
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from streamling.errors import StreamlingError
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink, TargetReader
 from streamling.sinks.postgres import EPOCHS_TABLE
-from streamling.spec.sinks import PostgresAggregateSinkOptions
+from streamling.spec.options import FromNodeOptions
 
 if TYPE_CHECKING:
     import psycopg
@@ -48,6 +50,43 @@ log = logging.getLogger(__name__)
 NODE_KIND = "postgres_aggregate sink"
 EPOCH_COL = "_gs_checkpoint_epoch"
 SENTINEL = "key"
+
+
+class AggregateGroupBy(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: str | None = Field(default=None, alias="from")
+    type: str | None = Field(default=None, description="Postgres type of the column in the aggregate table")
+
+
+class AggregateColumn(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: str | None = Field(default=None, alias="from")
+    fn: Literal["sum", "count", "avg", "min", "max"]
+    type: str | None = Field(default=None, description="Postgres type of the aggregate, e.g. numeric(30,5)")
+
+    @field_validator("fn", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+
+class PostgresAggregateSinkOptions(FromNodeOptions):
+    """Rows land in an append-only table; a statement-level trigger folds them into aggregates."""
+
+    type: Literal["postgres_aggregate"] = "postgres_aggregate"
+    schema_: str = Field(default="public", alias="schema")
+    landing_table: str
+    agg_table: str
+    group_by: dict[str, AggregateGroupBy] = Field(default_factory=dict)
+    aggregate: dict[str, AggregateColumn] = Field(min_length=1)
+    deduplicate: bool = True
+
+    @field_validator("group_by", mode="before")
+    @classmethod
+    def _group_by_none(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: ({} if v is None else v) for k, v in value.items()}
+        return value
 
 
 def _q(name: str) -> str:

@@ -11,16 +11,24 @@ import decimal
 import json
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
+
+from pydantic import Field
 
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
 from streamling.sinks.common import arrow_chunks
-from streamling.spec.sinks import PrintSinkOptions
+from streamling.spec.options import FromNodeOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 OP_NAMES = {"i": "Insert", "u": "Update", "d": "Delete"}
+
+
+class PrintSinkOptions(FromNodeOptions):
+    type: Literal["print"] = "print"
+    sample_every: int | None = Field(default=None, ge=1)
+    num_records_before_stop: int | None = Field(default=None, ge=1)
 
 
 def _json_default(value: Any) -> Any:

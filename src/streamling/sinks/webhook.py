@@ -10,16 +10,23 @@ upstream plan still runs in parallel on the executors; only the sending is on th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from streamling.errors import NodeFailure, node_failure_from_text
 from streamling.http.client import HttpSender, build_call, encode_requests, rounds
 from streamling.runtime.nodes import Epoch, NodeContext, Sink
 from streamling.sinks.common import arrow_chunks
-from streamling.spec.sinks import WebhookSinkOptions
+from streamling.spec.options import HttpNodeOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+
+class WebhookSinkOptions(HttpNodeOptions):
+    """Rows are sent like a ``handler``'s and the responses ignored."""
+
+    type: Literal["webhook"] = "webhook"
+    skip_on_error: bool = False
 
 
 class WebhookSink(Sink[WebhookSinkOptions]):

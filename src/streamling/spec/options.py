@@ -1,6 +1,6 @@
 """The keys every node accepts, and the option models more than one kind of node shares.
 
-Sources, transforms and sinks (``spec.sources``, ``spec.transforms``, ``spec.sinks``) build on
+Sources, transforms and sinks (``spec.sources``, ``spec.transforms``, each ``streamling.sinks`` module) build on
 ``NodeOptions`` and ``FromNodeOptions``; the ``handler`` transform and the ``webhook`` sink share
 ``HttpNodeOptions``. Plain pydantic models (no Spark), so validation runs without a JVM.
 """
