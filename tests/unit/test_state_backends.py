@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# The contract every backend passes (Postgres too, in tests/integration/postgres), run on both of these.
+from state_contract import *  # noqa: F403 - the backend contract's tests, collected here with ``make`` below
+from state_contract import Factory
 
 from streamling.config import load_settings
 from streamling.errors import StreamlingError
@@ -19,8 +22,6 @@ from streamling.state import (
     StateBackend,
     create_state_backend,
 )
-
-Factory = Callable[[str], StateBackend]
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -39,87 +40,6 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
     yield factory
     for backend in opened:
         backend.close()
-
-
-def test_get_put_overwrite_delete(make: Factory) -> None:
-    state = make("app")
-    assert isinstance(state, StateBackend)
-    assert state.get("kafka_source:orders:0") is None
-    state.put("kafka_source:orders:0", {"offset": 41, "updated_at": "2024-01-01T00:00:00Z"})
-    assert state.get("kafka_source:orders:0") == {"offset": 41, "updated_at": "2024-01-01T00:00:00Z"}
-    state.put("kafka_source:orders:0", {"offset": 42, "nested": {"a": [1, None, "x"]}})
-    assert state.get("kafka_source:orders:0") == {"offset": 42, "nested": {"a": [1, None, "x"]}}
-    state.delete("kafka_source:orders:0")
-    state.delete("kafka_source:orders:0")  # missing keys are fine
-    assert state.get("kafka_source:orders:0") is None
-
-
-def test_values_are_copies(make: Factory) -> None:
-    state = make("app")
-    value = {"offset": 1, "list": [1]}
-    state.put("k", value)
-    value["list"].append(2)
-    got = state.get("k")
-    assert got == {"offset": 1, "list": [1]}
-    assert got is not None
-    got["offset"] = 99
-    assert state.get("k") == {"offset": 1, "list": [1]}
-
-
-def test_put_many_and_list_by_prefix(make: Factory) -> None:
-    state = make("app")
-    state.put_many({f"src:topic:{p}": {"offset": p} for p in range(3)})
-    state.put_many({"src_other:x": {"offset": 9}, "100%_done": {"ok": True}})
-    state.put_many({})
-    assert state.list("src:topic:") == {f"src:topic:{p}": {"offset": p} for p in range(3)}
-    assert list(state.list("src")) == ["src:topic:0", "src:topic:1", "src:topic:2", "src_other:x"]
-    assert state.list("100%") == {"100%_done": {"ok": True}}  # no LIKE wildcards
-    assert state.list("src_") == {"src_other:x": {"offset": 9}}
-    assert len(state.list()) == 5
-    assert state.list("nothing") == {}
-
-
-def test_namespaces_are_isolated(make: Factory) -> None:
-    a, b = make("app_a"), make("app_b")
-    a.put("k", {"who": "a"})
-    b.put("k", {"who": "b"})
-    assert a.get("k") == {"who": "a"} and b.get("k") == {"who": "b"}
-    a.delete("k")
-    assert b.get("k") == {"who": "b"}
-    assert list(a.list()) == [] and list(b.list()) == ["k"]
-
-
-def test_same_namespace_shares_keys(make: Factory) -> None:
-    """A source and its finalizer hook may hold separate backends of one application."""
-    first, second = make("app"), make("app")
-    first.put("k", {"v": 1})
-    assert second.get("k") == {"v": 1}
-
-
-def test_rejects_non_json_values(make: Factory) -> None:
-    state = make("app")
-    with pytest.raises(TypeError, match="'k'"):
-        state.put("k", {"when": object()})
-    with pytest.raises(TypeError):
-        state.put("k", ["not", "a", "dict"])  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
-        state.put("", {"v": 1})
-    assert state.get("k") is None
-
-
-def test_concurrent_writers(make: Factory) -> None:
-    state = make("app")
-
-    def writer(n: int) -> None:
-        for i in range(50):
-            state.put(f"w{n}:{i}", {"i": i})
-
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(state.list("w")) == 200
 
 
 # --- SQLite specifics --------------------------------------------------------------------------------
