@@ -140,3 +140,38 @@ def s3() -> dict[str, str]:
     if os.environ.get("STREAMLING_TEST_S3_ENDPOINT"):
         return {k: v for k, v in os.environ.items() if k.startswith(("STREAMLING_TEST_S3_", "STREAMLING_TEST_S3A_"))}
     return start_services("s3")
+
+
+# --- ClickHouse (fixtures/services/up clickhouse) ---------------------------------------------------
+# If STREAMLING_TEST_CLICKHOUSE_URL is already set (as `fixtures/dev test` does), that server is
+# used; otherwise the script runs once per session and its exports reach tests through ch_environ.
+
+_CLICKHOUSE_PREFIXES = ("STREAMLING__CLICKHOUSE_SOURCE__", "STREAMLING__CLICKHOUSE_SINK__",
+                        "STREAMLING_TEST_CLICKHOUSE_")
+
+
+@pytest.fixture(scope="session")
+def clickhouse_service() -> dict[str, str]:
+    if os.environ.get("STREAMLING_TEST_CLICKHOUSE_URL"):
+        return {k: v for k, v in os.environ.items() if k.startswith(_CLICKHOUSE_PREFIXES)}
+    exports = start_services("clickhouse")
+    assert "STREAMLING_TEST_CLICKHOUSE_URL" in exports, exports
+    return exports
+
+
+@pytest.fixture(scope="session")
+def ch_environ(clickhouse_service: Mapping[str, str]) -> dict[str, str]:
+    """An environment for ``load_settings(environ=…)``: this process's plus the service's exports."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(_CLICKHOUSE_PREFIXES)}
+    return {**base, **clickhouse_service}
+
+
+@pytest.fixture()
+def ch_client(ch_environ: Mapping[str, str]) -> Iterator[Any]:
+    """A client of the service, through the same package the pipeline uses."""
+    from streamling.clickhouse import connect
+    from streamling.config import load_settings
+
+    client = connect(load_settings(environ=ch_environ).clickhouse_source)
+    yield client
+    client.close()

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from streamling.config.settings import RetrySettings
+
 log = logging.getLogger(__name__)
 SRC_TAG = "__sl_src"
 #: How an interrupted JVM thread shows in a query's error (``FlowRunner.interrupted_by_stop``)
@@ -456,20 +458,7 @@ class FlowRunner:
     def _write(self, sink: Sink, df: DataFrame, epoch: Epoch,
                on_retry: Callable[[BaseException, int, str | None], None] | None = None) -> int:
         notify = on_retry or self._retry_event
-        try:
-            return call_with_retry(lambda: sink.write(df, epoch), self.settings.retry,
-                                   f"{sink.ctx.spec.type} sink '{sink.name}' epoch {epoch.epoch_id}",
-                                   lambda exc, attempt: notify(exc, attempt, sink.name))
-        except StreamlingError:
-            raise
-        except Exception as exc:
-            text = chain_text(exc)
-            # an executor-side node said what failed, or executors could not start Python at all
-            named = node_failure_from_text(text) or worker_failure(text)
-            if named is not None:
-                raise named from exc
-            raise sink.ctx.error(f"writing epoch {epoch.epoch_id} failed: {java_message(exc)}",
-                                 user=False, code="sink_failed") from exc
+        return write_epoch(sink, df, epoch, self.settings.retry, lambda exc, attempt: notify(exc, attempt, sink.name))
 
     # --- finalization and stop --------------------------------------------------------------------
 
@@ -581,3 +570,24 @@ class FlowRunner:
                 sink.close()
             except Exception:  # noqa: BLE001
                 log.exception("closing sink '%s' failed", sink.name)
+
+
+def write_epoch(sink: Sink, df: DataFrame, epoch: Epoch, policy: RetrySettings,
+                on_retry: Callable[[BaseException, int], None] | None = None) -> int:
+    """One sink's write of one epoch as the flow makes it: retried by ``policy`` while the sink
+    classifies its failure as transient, and any failure raised as a ``StreamlingError`` naming the
+    sink (an executor-side node's own error when one is in the chain). The sink contract tests
+    every sink through this."""
+    try:
+        return call_with_retry(lambda: sink.write(df, epoch), policy,
+                               f"{sink.ctx.spec.type} sink '{sink.name}' epoch {epoch.epoch_id}", on_retry)
+    except StreamlingError:
+        raise
+    except Exception as exc:
+        text = chain_text(exc)
+        # an executor-side node said what failed, or executors could not start Python at all
+        named = node_failure_from_text(text) or worker_failure(text)
+        if named is not None:
+            raise named from exc
+        raise sink.ctx.error(f"writing epoch {epoch.epoch_id} failed: {java_message(exc)}",
+                             user=False, code="sink_failed") from exc

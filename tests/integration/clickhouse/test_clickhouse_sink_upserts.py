@@ -1,5 +1,5 @@
-"""The ClickHouse sink on the real engine: FINAL after CDC epochs, replays, plain-table deletes,
-created and existing tables, and an unreachable server."""
+"""The ClickHouse sink on the real engine: FINAL after CDC epochs, plain-table deletes, created and
+existing tables, and an unreachable server (replays of an epoch are in the sink contract)."""
 
 from __future__ import annotations
 
@@ -80,17 +80,6 @@ def test_cdc_epochs_end_as_the_latest_row_per_key_in_final(spark: Any, tmp_path:
     # observation): every row read, and every row the sink was given, repeated keys included.
     assert runner.input_rows() == rows
     assert sum(e.rows["out"] for e in runner.of_type(ev.EpochFlushed)) == rows
-
-
-def test_a_replayed_epoch_leaves_final_unchanged(sinks: Sinks, ch_client: Any, unique_name: str) -> None:
-    sink = sinks.make(unique_name)
-    sinks.write(sink, [(1, "a", 1.0, "i"), (2, "b", 2.0, "i"), (3, "c", 3.0, "c")], epoch=0)
-    second = [(1, "a2", 1.5, "u"), (2, "b", 2.0, "d"), (4, "d", 4.0, None), (1, "a3", 1.75, "u")]
-    sinks.write(sink, second, epoch=1)
-    expected = [(1, "a3", 1.75), (3, "c", 3.0), (4, "d", 4.0)]
-    assert final(ch_client, unique_name) == expected
-    sinks.write(sink, second, epoch=1)  # Spark re-runs an epoch that was not committed
-    assert final(ch_client, unique_name) == expected
 
 
 def test_plain_table_deletes_and_converges_on_replay(sinks: Sinks, ch_client: Any, unique_name: str) -> None:

@@ -299,16 +299,6 @@ def test_constraint_violation_is_not_retried(h: Harness, pg: Any, unique_name: s
 
 # --- replays and failures --------------------------------------------------------------------------
 
-def test_replaying_a_batch_gives_the_same_table(h: Harness, pg: Any, unique_name: str) -> None:
-    sink = h.sink(unique_name)
-    h.write(sink, [(1, "a", 1.0, "i"), (2, "b", 2.0, "i"), (3, "c", 3.0, "i")], epoch_id=1)
-    batch = [(1, "a2", 1.5, "u"), (2, None, None, "d"), (4, "d", 4.0, "i"), (4, "d2", 4.5, "u")]
-    h.write(sink, batch, epoch_id=2)
-    first = rows(pg, unique_name)
-    h.write(sink, batch, epoch_id=2)
-    assert rows(pg, unique_name) == first == [(1, "a2", 1.5), (3, "c", 3.0), (4, "d2", 4.5)]
-
-
 def test_reconnects_after_the_server_drops_the_connection(h: Harness, pg: Any, unique_name: str) -> None:
     sink = h.sink(unique_name, overrides={"retry": {"max_attempts": 3, "initial_backoff_ms": 10}})
     h.write(sink, [(1, "a", 1.0, "i")])
