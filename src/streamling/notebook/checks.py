@@ -25,6 +25,7 @@ import yaml
 
 from streamling.errors import StreamlingError, ValidationError
 from streamling.spec import PipelineSpec, parse_pipeline
+from streamling.spec.nodes import REGISTRY
 from streamling.spec.pipeline import SECTIONS, Kind
 
 if TYPE_CHECKING:
@@ -148,10 +149,16 @@ def _spec_upto(document: dict[str, Any], name: str) -> PipelineSpec | None:
 def _with_probe_sinks(document: dict[str, Any]) -> dict[str, Any]:
     """``document`` with a blackhole sink reading each source and transform: validation then has
     nothing to say about missing sinks and unread nodes, which a notebook being written has."""
-    producers = [n for section in ("sources", "transforms") for n, body in (document.get(section) or {}).items()
-                 if not (isinstance(body, dict) and body.get("type") == "dynamic_table")]
+    producers = [n for kind, section in (("source", "sources"), ("transform", "transforms"))
+                 for n, body in (document.get(section) or {}).items() if _produces_rows(kind, body)]
     probes = {PROBE_SINK.format(i): {"type": "blackhole", "from": [n]} for i, n in enumerate(producers)}
     return {**document, "sinks": {**(document.get("sinks") or {}), **probes}}
+
+
+def _produces_rows(kind: str, body: object) -> bool:
+    """Whether a node of this body has rows to read (a dynamic table is a set of values): its type says."""
+    node_type = REGISTRY[kind].get(str(body.get("type"))) if isinstance(body, dict) else None
+    return node_type is None or node_type.options.produces_rows
 
 
 def _raise_own(exc: StreamlingError, name: str) -> None:

@@ -28,6 +28,7 @@ from streamling.notebook import render
 from streamling.notebook.cells import DISPLAY_COMMANDS, USAGE, PipelineError, cell_node, has_references, parse_line
 from streamling.notebook.checks import CellCheck, check_node
 from streamling.notebook.session import DebugResult, NotebookPipeline, Preview, problems_of
+from streamling.sinks.print import PrintSink
 from streamling.spec.pipeline import Kind
 
 log = logging.getLogger("streamling.notebook")
@@ -282,8 +283,8 @@ class StreamlingMagics(Magics):
             monitor.set_controller(lambda action: self._control(action, args, print_out))
             if not args.wait:
                 monitor.display_handle = display(monitor, display_id=True)
-                if printed is not None and any(body.get("type") == "print"
-                                               for kind, body in nb.nodes.values() if kind == "sink"):
+                if printed is not None and nb.current is not None and any(
+                        isinstance(node, PrintSink) for node in nb.current.run.plan.nodes.values()):
                     bundle = printed._repr_mimebundle_()
                     bundle = dict(bundle[0] if isinstance(bundle, tuple) else bundle)
                     # What headless renderers show instead of the live area (a --wait run prints in its cell).
