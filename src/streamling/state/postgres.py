@@ -18,7 +18,7 @@ from streamling.state.base import encode
 if TYPE_CHECKING:
     import psycopg
 
-    from streamling.config.settings import PostgresStateSettings
+    from streamling.config.sections import PostgresStateSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
