@@ -36,7 +36,8 @@ from streamling.runtime.nodes import Sink, TargetReader
 from streamling.util import did_you_mean, json_safe
 
 if TYPE_CHECKING:
-    from streamling.notebook.session import NotebookPipeline, NotebookRun
+    from streamling.notebook.run import NotebookRun
+    from streamling.notebook.session import NotebookPipeline
 
 log = logging.getLogger(__name__)
 

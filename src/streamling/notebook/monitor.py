@@ -260,7 +260,7 @@ class Monitor(SummarizedWidget):
         self._schedule(immediate=final)
 
     def show_state(self, state: str, detail: str | None) -> None:
-        """The run's state (``session.STATES``) as the status line: ``failed: <error>``, ``stopped
+        """The run's state (``run.STATES``) as the status line: ``failed: <error>``, ``stopped
         (<reason>)``, else the state itself."""
         self.keep_beating(state in ("starting", "running", "stopping"))
         if state == "failed":
