@@ -95,7 +95,7 @@ def run(options: Options) -> ScenarioResult:
                                                             "STREAMLING_TEST_S3A_JARS"))
     if why:
         return ScenarioResult(NAME, {}, sides, skipped=why)
-    from streamling.runtime.session import ensure_jars
+    from streamling.runtime.jars import ensure_jars
 
     driver = os.environ["STREAMLING_TEST_MULTIHOST_DRIVER_HOST"]
     s3a_jars = os.environ["STREAMLING_TEST_S3A_JARS"]

@@ -133,7 +133,7 @@ def time_process(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict[str, An
 def _session_args() -> list[str]:
     """The jars and log4j file streamling's ``build_session`` passes, for the same-conf script."""
     from streamling.runtime import class_archive
-    from streamling.runtime.session import driver_jars, ensure_jars
+    from streamling.runtime.jars import driver_jars, ensure_jars
 
     log4j = Path(str(resources.files("streamling.runtime").joinpath("log4j2.properties")))
     jars = driver_jars()
@@ -144,7 +144,7 @@ def _session_args() -> list[str]:
 
 def _source_args() -> list[str]:
     """The generate source's JVM reader, which both hand-written modes load: the same source as streamling."""
-    from streamling.runtime.session import native_jar
+    from streamling.runtime.jars import native_jar
 
     jar = native_jar()
     return ["--source-jar", str(jar)] if jar is not None else []

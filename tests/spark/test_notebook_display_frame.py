@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from streamling.errors import StreamlingError
-from streamling.notebook.display import ResultView, StreamingDisplay, display, display_dataframe
+from streamling.notebook.display import ResultView
+from streamling.notebook.frames import StreamingDisplay, display, display_dataframe
 
 pytestmark = pytest.mark.spark
 

@@ -10,7 +10,7 @@ import pytest
 
 from streamling.bundle.loading import load_bundle
 from streamling.bundle.workspace import Workspace
-from streamling.config.settings import JobRunnerSettings
+from streamling.config.sections import JobRunnerSettings
 from streamling.errors import StreamlingError
 
 POSTGRES = JobRunnerSettings.model_validate({"store": "postgres", "postgres": {"host": "pg.internal", "user": "u",

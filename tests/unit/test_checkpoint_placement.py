@@ -16,7 +16,8 @@ import pytest
 from streamling import storage
 from streamling.bundle.workspace import default_state_backend
 from streamling.config import load_settings
-from streamling.config.settings import DEPLOYMENT_DEFAULTS_ENV, JobRunnerSettings
+from streamling.config.sections import JobRunnerSettings
+from streamling.config.settings import DEPLOYMENT_DEFAULTS_ENV
 from streamling.errors import StreamlingError
 from streamling.runtime import checkpoints
 from streamling.state import InMemoryStateBackend, SqliteStateBackend, is_durable

@@ -11,7 +11,7 @@ import sqlglot
 
 from streamling.errors import StreamlingError
 from streamling.functions import catalog, flink, gs, u256, udfs
-from streamling.spec.sql_functions import Unfaithful
+from streamling.spec.sql_calls import Unfaithful
 
 
 def strings(*items: str | None) -> pa.Array:

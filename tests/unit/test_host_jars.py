@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyspark
 
-from streamling.runtime.session import native_jar
+from streamling.runtime.jars import native_jar
 
 
 def _version(cache: Path, folder: str, used: float) -> Path:

@@ -254,7 +254,7 @@ def test_widget_stream_appends_from_threads() -> None:
 def test_debug_changes_without_a_key_compare_rows_as_multisets() -> None:
     import pyarrow as pa
 
-    from streamling.notebook.session import Capture, DebugResult
+    from streamling.notebook.batches import Capture, DebugResult
 
     before = pa.table({"v": [1, 1, 2, 3]})
     after = pa.table({"v": [1, 2, 2, 4], "w": ["a", "a", "a", "a"]})

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg import errors as pg_errors
 
-from streamling.config.settings import RetrySettings
+from streamling.config.sections import RetrySettings
 from streamling.errors import StreamlingError
 from streamling.postgres import StatementBoundExceeded, is_authentication_failure, is_transient, mask
 from streamling.runtime.retry import STOPPED, call_with_retry, clear_stop, request_stop

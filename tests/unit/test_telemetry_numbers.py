@@ -9,7 +9,7 @@ import pytest
 from otlp_receiver import Receiver, serve_grpc, serve_http
 
 from streamling.config import load_settings
-from streamling.config.settings import OpenTelemetrySettings
+from streamling.config.sections import OpenTelemetrySettings
 from streamling.runtime import events as ev
 from streamling.runtime.flow import partition_lag
 from streamling.telemetry import otlp

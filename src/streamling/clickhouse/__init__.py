@@ -18,7 +18,7 @@ from streamling.errors import StreamlingError, first_line
 if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
 
-    from streamling.config.settings import ClickHouseConnection
+    from streamling.config.sections import ClickHouseConnection
 
 # Server error codes worth another attempt: timeouts, overload, network trouble, too many parts
 # (merges catch up), a replica or keeper away.

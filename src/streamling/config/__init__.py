@@ -1,8 +1,7 @@
 """Configuration: embedded defaults < config file < ``STREAMLING__…`` environment variables."""
 
+from streamling.config.sections import PostgresConnection, PostgresSinkSettings
 from streamling.config.settings import (
-    PostgresConnection,
-    PostgresSinkSettings,
     Settings,
     deep_merge,
     env_variables,

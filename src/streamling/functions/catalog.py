@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from streamling.functions import expressions as x
+from streamling.spec.sql_calls import wanted_args
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,12 +54,8 @@ class SqlFunction:
 
     def arity_problem(self, count: int) -> str | None:
         """Why ``count`` arguments do not fit, in user words, or None."""
-        if count < self.min_args or (self.max_args is not None and count > self.max_args):
-            want = (f"{self.min_args}" if self.max_args == self.min_args
-                    else f"{self.min_args} or more" if self.max_args is None
-                    else f"{self.min_args} to {self.max_args}")
-            return f"{self.name} takes {want} arguments, found {count}"
-        return None
+        want = wanted_args(count, self.min_args, self.max_args)
+        return None if want is None else f"{self.name} takes {want} arguments, found {count}"
 
 
 UDF_PREFIX = "streamling_"

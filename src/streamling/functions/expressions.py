@@ -19,7 +19,7 @@ from functools import cache
 import sqlglot
 from sqlglot import exp
 
-from streamling.spec.sql_functions import Unfaithful
+from streamling.spec.sql_calls import Unfaithful
 
 Args = Sequence[exp.Expression]
 Rewrite = Callable[[list[exp.Expression]], exp.Expression]

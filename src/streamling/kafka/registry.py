@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from streamling.config.settings import KafkaConnection
+from streamling.config.sections import KafkaConnection
 from streamling.errors import StreamlingError
 
 

@@ -63,6 +63,6 @@ def load_ipython_extension(ipython: Any) -> None:
     if "dbutils" not in ipython.user_ns:  # on Databricks the real dbutils wins
         ipython.user_ns["dbutils"] = dbutils
     if "display" not in ipython.user_ns:  # IPython's is a builtin; Databricks' own wins
-        from streamling.notebook.display import display
+        from streamling.notebook.frames import display
 
         ipython.user_ns["display"] = display

@@ -13,6 +13,7 @@ A view outlives runs: created before ``%streamling run`` it waits and follows th
 (``NotebookPipeline.start`` attaches it); created after a run it shows that run's last rows.
 The front end (``widgets/display.js`` + ``display.css``) sorts, charts and downloads the rows;
 headless renderers get the rows as a static text and HTML table from ``_repr_mimebundle_``.
+``display(df)`` shows any Spark DataFrame in the same view (``notebook.frames``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import traitlets
 
-from streamling.errors import StreamlingError, java_message, spark_sql_message
+from streamling.errors import StreamlingError
 from streamling.notebook import render
 from streamling.notebook.widget import SummarizedWidget, front_end
 from streamling.runtime import events as ev
@@ -35,7 +36,8 @@ from streamling.runtime.nodes import Sink, TargetReader
 from streamling.util import did_you_mean, json_safe
 
 if TYPE_CHECKING:
-    from streamling.notebook.session import NotebookPipeline, NotebookRun
+    from streamling.notebook.run import NotebookRun
+    from streamling.notebook.session import NotebookPipeline
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +128,8 @@ class ResultView(SummarizedWidget):
         pipeline = run.run
         plan = pipeline.plan
         if self.node not in plan.nodes:
-            self._set(status="waiting", caption=f"'{self.node}' is not part of the last run's pipeline; its rows "
-                                                 "appear when `%streamling run` starts with it")
+            self.update_view(status="waiting", caption=f"'{self.node}' is not part of the last run's pipeline; its "
+                                                        "rows appear when `%streamling run` starts with it")
             return
         spec = plan.spec.nodes[self.node]
         flow = next(f.name for f in plan.flows if self.node in f.node_names)
@@ -272,7 +274,8 @@ class ResultView(SummarizedWidget):
             self._dirty = True
         self.flush()
 
-    def _set(self, **state: Any) -> None:
+    def update_view(self, **state: Any) -> None:
+        """Show ``state`` (status, caption, error…) now: a display of a query outside any run says how it goes."""
         with self._lock:
             self._state.update(state)
             self._dirty = True
@@ -294,7 +297,7 @@ class ResultView(SummarizedWidget):
                     if reader is not None:
                         self._read(reader)
                 if ended:
-                    self._set(status=self._outcome(run))
+                    self.update_view(status=self._outcome(run))
                     self.keep_beating(False)
                     return
         finally:
@@ -308,7 +311,7 @@ class ResultView(SummarizedWidget):
         try:
             table, types = reader.read(self.limit)
         except Exception as exc:  # noqa: BLE001 - a display never fails the pipeline; it says what went wrong
-            self._set(error=f"{reader.error_text(exc)} — the pipeline is not affected; the next committed epoch "
+            self.update_view(error=f"{reader.error_text(exc)} — the pipeline is not affected; the next committed epoch "
                             "reads it again")
             return
         with self._lock:
@@ -442,132 +445,7 @@ def display_node(nb: NotebookPipeline, name: str, rows: int | None = None) -> Re
     return view
 
 
-# --- display(df) -------------------------------------------------------------------------------------
-
-#: rows ``display(df)`` shows of a DataFrame, as Databricks' display does by default
-FRAME_ROWS = 1000
-
-
 def is_dataframe(obj: Any) -> bool:
     """A PySpark DataFrame (classic or Connect), told by its class without importing pyspark."""
     cls = type(obj)
     return cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.sql")
-
-
-class StreamingDisplay:
-    """The query behind ``display(streaming_df)`` and the view it feeds."""
-
-    def __init__(self, view: ResultView, query: Any, errors: list[BaseException] | None = None) -> None:
-        self.view, self.query = view, query
-        #: what the micro-batch function raised, in Python's own words (the query's exception only
-        #: says "an exception was raised by the Python Proxy")
-        self.errors = errors if errors is not None else []
-
-    def stop(self, status: str = "stopped") -> None:
-        self.query.stop()
-        self.view.keep_beating(False)
-        self.view._set(status=status)
-
-    def wait(self, timeout_secs: float | None = None) -> bool:
-        """True once the query ended (a bounded source, ``stop``); a failed query fails the call and
-        the view says why."""
-        deadline = None if timeout_secs is None else time.monotonic() + timeout_secs
-        while self._active():
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            time.sleep(0.25)  # an interrupt (JupyterLab's Stop) lands here, in Python, not inside py4j
-        failure = self.query.exception()
-        self.view.keep_beating(False)
-        if failure is not None:
-            message = spark_sql_message(self.errors[-1]) if self.errors else java_message(failure)
-            self.view._set(status=f"failed: {message}")
-            raise StreamlingError(f"display: the streaming query failed: {message}",
-                                  hint="fix the query; df.explain() shows its plan")
-        self.view._set(status="stopped")
-        return True
-
-    def _active(self) -> bool:
-        try:
-            return bool(self.query.isActive)
-        except Exception as exc:
-            # An interrupt inside a py4j call comes out as py4j's network error: it is the interrupt.
-            if isinstance(exc.__context__, KeyboardInterrupt):
-                raise KeyboardInterrupt from None
-            raise
-
-
-def display_dataframe(df: Any, rows: int = FRAME_ROWS, *, stream_name: str | None = None,
-                      processing_time: str | None = None) -> ResultView | StreamingDisplay:
-    """A view of any Spark DataFrame, as Databricks' ``display(df)`` shows it.
-
-    A batch DataFrame: its first ``rows`` rows (sortable, downloadable as CSV or Parquet), read now.
-    A streaming one: a query, started now, whose every micro-batch's rows the view shows as they
-    arrive — the newest first, older batches filling up to ``rows`` — returned running."""
-    if not 1 <= rows <= MAX_ROWS:
-        raise StreamlingError(f"display shows 1 to {MAX_ROWS:,} rows, not {rows}", hint="pass rows=N in that range")
-    label = stream_name or ("streaming DataFrame" if df.isStreaming else "DataFrame")
-    view = ResultView(label, "query" if df.isStreaming else "batch", rows)
-    if not df.isStreaming:
-        try:
-            table = df.limit(rows + 1).toArrow()
-        except Exception as exc:  # noqa: BLE001 - shown as the cell's one-line error
-            raise StreamlingError(f"display: the DataFrame cannot be read: {java_message(exc)}",
-                                  hint="fix the query; df.explain() shows its plan") from exc
-        more = table.num_rows > rows
-        table = table.slice(0, rows)
-        view.show_table(table, status="complete", caption=(f"the first {rows:,} rows of the DataFrame" if more
-                                                           else f"all {table.num_rows:,} rows of the DataFrame"))
-        return view
-
-    view._sampled = [label]
-    view._set(status="running", caption=f"each micro-batch of the streaming query '{label}' as it arrives: the "
-                                        f"newest first, older ones up to {rows:,} rows")
-
-    errors: list[BaseException] = []
-
-    def show(batch: Any, batch_id: int) -> None:
-        try:
-            table = batch.limit(rows).toArrow()
-        except Exception as exc:
-            errors.append(exc)
-            raise
-        view.handle(ev.RowsSampled(label, epoch=batch_id, node=label, columns=table.column_names, rows=[],
-                                   table=table))
-
-    writer = df.writeStream.foreachBatch(show)
-    if stream_name:
-        writer = writer.queryName(stream_name)
-    if processing_time:
-        writer = writer.trigger(processingTime=processing_time)
-    try:
-        query = writer.start()
-    except Exception as exc:  # noqa: BLE001 - shown as the cell's one-line error
-        raise StreamlingError(f"display: the streaming query does not start: {java_message(exc)}",
-                              hint="fix the query; df.explain() shows its plan") from exc
-    view.keep_beating(True)
-    return StreamingDisplay(view, query, errors)
-
-
-def display(*objs: Any, **kwargs: Any) -> None:
-    """The notebook's ``display``: a Spark DataFrame as ``display_dataframe`` shows it — a streaming
-    one keeps its cell running until the query ends or the cell is interrupted (JupyterLab's Stop),
-    which stops the query, as cancelling the cell does on Databricks; Databricks' ``streamName`` and
-    ``processingTime`` keywords work too. Anything else as IPython shows it."""
-    from IPython.display import display as show
-
-    if len(objs) != 1 or not is_dataframe(objs[0]):
-        show(*objs, **kwargs)
-        return
-    known = {"streamName": "stream_name", "processingTime": "processing_time", "rows": "rows"}
-    unknown = sorted(set(kwargs) - set(known))
-    if unknown:
-        raise StreamlingError(f"display(df) takes no {', '.join(unknown)}", hint=f"keywords: {', '.join(known)}")
-    result = display_dataframe(objs[0], **{known[k]: v for k, v in kwargs.items()})
-    if isinstance(result, ResultView):
-        show(result)
-        return
-    show(result.view)
-    try:
-        result.wait()
-    except KeyboardInterrupt:
-        result.stop("stopped (the cell was interrupted)")

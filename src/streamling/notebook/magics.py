@@ -25,9 +25,10 @@ from traitlets import Bool, Int, Unicode, observe
 
 from streamling.errors import StreamlingError, ValidationError, java_message
 from streamling.notebook import render
+from streamling.notebook.batches import DebugResult, Preview
 from streamling.notebook.cells import DISPLAY_COMMANDS, USAGE, PipelineError, cell_node, has_references, parse_line
 from streamling.notebook.checks import CellCheck, check_node
-from streamling.notebook.session import DebugResult, NotebookPipeline, Preview, problems_of
+from streamling.notebook.session import NotebookPipeline, problems_of
 from streamling.sinks.print import PrintSink
 from streamling.spec.pipeline import Kind
 

@@ -3,26 +3,26 @@
 ``NotebookPipeline`` keeps one node definition per cell, in cell order, as the same mapping the
 pipeline YAML would hold. Every operation (validate, show, preview, run, export) first turns the
 cells into a YAML document and parses it with ``streamling.spec.parse_pipeline``, so a notebook
-and its exported YAML cannot drift apart.
+and its exported YAML cannot drift apart. A started run is a ``notebook.run.NotebookRun``; what
+preview, capture and debug return is ``notebook.batches``'.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import shutil
 import tempfile
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from streamling import storage
 from streamling.config import Settings, load_settings
 from streamling.errors import StreamlingError, ValidationError, java_message
+from streamling.notebook.batches import Capture, DebugResult, Preview
+from streamling.notebook.run import NotebookRun
 from streamling.runtime import events as ev
 from streamling.spec import PipelineSpec, parse_pipeline
 from streamling.spec.pipeline import SECTIONS, Kind
@@ -34,164 +34,9 @@ if TYPE_CHECKING:
 
     from streamling.notebook.checks import NodeSchema
     from streamling.notebook.display import ResultView
-    from streamling.runtime.pipeline import PipelineRun
     from streamling.runtime.planner import Flow, Plan
-    from streamling.telemetry.attach import RunTelemetry
 
-log = logging.getLogger(__name__)
 KIND_SECTION: dict[Kind, str] = {kind: section for section, kind in SECTIONS.items()}
-
-
-@dataclass
-class Capture:
-    """The batch a transform saw: its upstream nodes' rows in one epoch, and its definition then."""
-
-    node: str
-    epoch: int | None
-    inputs: dict[str, pa.Table]
-    definition: dict[str, Any]
-    origin: str  # "run" or "preview"
-
-
-@dataclass
-class DebugResult:
-    """A transform re-run on a captured batch: the previous and the new definition's output."""
-
-    node: str
-    capture: Capture
-    before: pa.Table | None
-    after: pa.Table
-    key: list[str] = field(default_factory=list)
-
-    def changes(self) -> dict[str, Any]:
-        """Columns added/removed and rows added/removed/changed (by primary key when there is one)."""
-        after_cols = self.after.column_names
-        before_cols = self.before.column_names if self.before is not None else []
-        before_rows = self.before.to_pylist() if self.before is not None else []
-        after_rows = self.after.to_pylist()
-        out: dict[str, Any] = {
-            "columns_added": [c for c in after_cols if c not in before_cols],
-            "columns_removed": [c for c in before_cols if c not in after_cols],
-            "rows_before": len(before_rows), "rows_after": len(after_rows),
-        }
-        key = [k for k in self.key if k in after_cols and k in before_cols]
-        if key:
-            old = {tuple(r[k] for k in key): r for r in before_rows}
-            new = {tuple(r[k] for k in key): r for r in after_rows}
-            out["rows_added"] = len(new.keys() - old.keys())
-            out["rows_removed"] = len(old.keys() - new.keys())
-            out["rows_changed"] = sum(1 for k in new.keys() & old.keys() if new[k] != old[k])
-        else:
-            def rows(items: list[dict[str, Any]]) -> Counter[str]:
-                return Counter(repr(sorted(r.items())) for r in items)
-
-            old_rows, new_rows = rows(before_rows), rows(after_rows)  # multisets: duplicates count
-            out["rows_added"] = (new_rows - old_rows).total()
-            out["rows_removed"] = (old_rows - new_rows).total()
-            out["rows_changed"] = 0
-        return out
-
-
-@dataclass
-class Preview:
-    node: str
-    inputs: dict[str, pa.Table]
-    output: pa.Table | None
-
-
-#: the states of a notebook pipeline, in order; ``stopped`` and ``failed`` end a run
-STATES = ("defined", "starting", "running", "stopping", "stopped", "failed")
-
-
-class NotebookRun:
-    """A pipeline running in the background of a notebook; the kernel stays free.
-
-    It owns the run's state (``STATES``): ``starting`` while Spark plans, ``running``, ``stopping``
-    once a stop was asked for, then ``stopped`` or ``failed`` (with ``error``). A run that fails to
-    start ends ``failed`` at once, never stays ``starting``. ``on_state`` hears every change (the
-    monitor shows it), from whichever thread makes it."""
-
-    def __init__(self, run: PipelineRun, seconds: float | None, telemetry: RunTelemetry | None = None,
-                 on_state: Callable[[str, str | None], None] | None = None) -> None:
-        self.run = run
-        self.telemetry = telemetry
-        self.error: StreamlingError | None = None
-        self.finished = threading.Event()
-        self.started_at = time.time()
-        self.stop_reason: str | None = None
-        self._state = "starting"
-        self._on_state = on_state
-        self._timer: threading.Timer | None = None
-        if seconds:
-            self._timer = threading.Timer(seconds, self.request_stop, args=(f"--seconds {seconds:g} elapsed",))
-            self._timer.daemon = True
-        self._thread = threading.Thread(target=self._watch, name="streamling-notebook-run", daemon=True)
-
-    @property
-    def state(self) -> str:
-        return self._state
-
-    def _set_state(self, state: str) -> None:
-        if self._state in ("stopped", "failed") or (state == "running" and self._state == "stopping"):
-            return
-        self._state = state
-        if self._on_state is not None:
-            try:
-                self._on_state(state, self.error.headline() if self.error is not None else self.stop_reason)
-            except Exception:  # noqa: BLE001 - a view must not break the run
-                log.debug("showing the run's state", exc_info=True)
-
-    def start(self) -> None:
-        try:
-            self.run.start()  # in the caller's thread: plan-time errors fail the cell
-        except BaseException as exc:
-            self._end(exc)
-            raise
-        self._set_state("running")
-        if self._timer is not None:
-            self._timer.start()
-        self._thread.start()
-
-    def _watch(self) -> None:
-        error: BaseException | None = None
-        try:
-            self.run.wait()
-        except BaseException as exc:  # noqa: BLE001 - reported through status/the monitor
-            error = exc
-        self._end(error)
-
-    def _end(self, error: BaseException | None) -> None:
-        if isinstance(error, StreamlingError):
-            self.error = error
-        elif error is not None:
-            self.error = StreamlingError(f"the pipeline stopped: {java_message(error)}", user=False, cause=error)
-        try:
-            self.run.stop("finished")
-        except Exception:  # noqa: BLE001
-            log.debug("stopping the notebook run", exc_info=True)
-        if self._timer is not None:
-            self._timer.cancel()
-        if self.telemetry is not None:
-            self.telemetry.close()
-        self._set_state("failed" if self.error is not None else "stopped")
-        self.finished.set()
-
-    @property
-    def active(self) -> bool:
-        return not self.finished.is_set()
-
-    def request_stop(self, reason: str = "stopped from the notebook") -> None:
-        if self.active:
-            self.stop_reason = self.stop_reason or reason
-            self._set_state("stopping")
-            self.run.request_stop(reason)
-
-    def stop(self, timeout_secs: float = 120, reason: str = "stopped from the notebook") -> None:
-        self.request_stop(reason)
-        self.finished.wait(timeout_secs)
-
-    def wait(self, timeout_secs: float | None = None) -> bool:
-        return self.finished.wait(timeout_secs)
 
 
 class _Samples:

@@ -34,7 +34,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from streamling.postgres.errors import StatementBoundExceeded
 
 if TYPE_CHECKING:
-    from streamling.config.settings import PostgresSinkSettings
+    from streamling.config.sections import PostgresSinkSettings
 
 log = logging.getLogger(__name__)
 

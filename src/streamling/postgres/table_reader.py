@@ -14,7 +14,7 @@ import pyarrow as pa
 from streamling.util import json_safe
 
 if TYPE_CHECKING:
-    from streamling.config.settings import PostgresSinkSettings
+    from streamling.config.sections import PostgresSinkSettings
     from streamling.postgres.pool import PostgresPool
 
 

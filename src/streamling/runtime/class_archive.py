@@ -39,7 +39,7 @@ def archive_path(jars: list[Path]) -> Path | None:
     yet); None without a JDK to key it on."""
     import pyspark
 
-    from streamling.runtime.session import cache_dir, java_home
+    from streamling.runtime.jars import cache_dir, java_home
 
     home = java_home()
     if home is None:

@@ -142,7 +142,7 @@ def worker_failure(text: str) -> StreamlingError | None:
 def driver_python_dir() -> Path:
     """A folder holding ``streamling-python`` for this driver: it runs this very interpreter. Put
     first on the driver's PATH before its JVM starts (see ``EXECUTOR_PYTHON``)."""
-    from streamling.runtime.session import cache_dir
+    from streamling.runtime.jars import cache_dir
 
     digest = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
     folder = cache_dir() / "driver-python" / digest
@@ -281,7 +281,7 @@ def _digest(*items: str) -> str:
 
 def packed_environment(extra_packages: Iterable[str] = ()) -> PackedEnvironment:
     """This job's Python environment, packed for executors; each part built on first use."""
-    from streamling.runtime.session import cache_dir
+    from streamling.runtime.jars import cache_dir
 
     dists = _closure(["streamling", *_plugin_distributions(), *task_distributions(), *extra_packages])
     missing = [p for p in extra_packages if _norm(p) not in {_norm(d.metadata["Name"] or "") for d in dists}]
@@ -450,7 +450,7 @@ def environment_server(bind: str, port: int) -> EnvironmentServer:
 def publish(context: Any, packed: PackedEnvironment, port: int) -> None:
     """Serve ``packed`` to the executors of ``context`` (a started SparkContext): the parts over
     HTTP, their base URL as ``streamling_env.url`` in the application's files."""
-    from streamling.runtime.session import cache_dir
+    from streamling.runtime.jars import cache_dir
 
     conf = context.getConf()
     host = conf.get("spark.driver.host")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamling import storage
 from streamling.config import Settings
-from streamling.config.settings import normalize_backend
+from streamling.config.sections import normalize_backend
 from streamling.errors import StreamlingError, ValidationError
 from streamling.runtime.nodes import Node, NodeContext, Sink, Source, Transform
 from streamling.spec.options import parse_key

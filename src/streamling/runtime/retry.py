@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from streamling.config.settings import RetrySettings
+from streamling.config.sections import RetrySettings
 from streamling.errors import StreamlingError, first_line, is_retriable
 
 log = logging.getLogger(__name__)

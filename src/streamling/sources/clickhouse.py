@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from streamling.config.settings import ClickHouseSourceSettings
+    from streamling.config.sections import ClickHouseSourceSettings
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ def _data_source_class() -> type:
 
     class ClickHouseStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def __init__(self, options: dict[str, str], schema: StructType) -> None:
-            from streamling.config.settings import ClickHouseSourceSettings
+            from streamling.config.sections import ClickHouseSourceSettings
 
             self.conn = ClickHouseSourceSettings.model_validate_json(options["connection"])
             self.conn.password = options.get("password") or None

@@ -41,7 +41,7 @@ _OPTION_KEYS = ("rows", "rows_per_second", "rows_per_batch", "partitions", "seed
 def generate_stream(spark: SparkSession, options: Mapping[str, object], native: bool | None = None) -> DataFrame:
     """The ``generate`` source's streaming DataFrame for ``options`` (the node's keys).
 
-    In the JVM when the session has streamling's JVM classes (``runtime.session.native_jar``): the
+    In the JVM when the session has streamling's JVM classes (``runtime.jars.native_jar``): the
     row indexes come from a JVM source and the columns are Spark expressions, so no Python worker
     starts (~3 s of a cold start) and whole-stage code generation covers the read. Otherwise, in the
     Python data source. Both give the same rows, epochs and offsets, so either resumes the other's

@@ -30,7 +30,7 @@ import re
 import struct
 from typing import TYPE_CHECKING, Any
 
-from streamling.config.settings import KafkaSourceSettings
+from streamling.config.sections import KafkaSourceSettings
 from streamling.errors import StreamlingError, chain_text, spark_sql_message
 from streamling.functions.catalog import register_udfs
 from streamling.kafka.avro import (

@@ -5,65 +5,19 @@ DataFusion and natural in Spark; ``trunc`` truncates numbers in one and dates in
 ``from_unixtime`` returns a timestamp in one and text in the other). So nothing passes through by
 name alone: every accepted function is listed here, either in ``SAME_IN_SPARK`` (checked to have the
 same semantics) or with a builder. ``NOT_FAITHFUL`` names the DataFusion functions that have no
-faithful Spark translation, with what to write instead.
+faithful Spark translation, with what to write instead. What a builder is made of is
+``sql_calls``; the chrono and regular-expression syntax it rewrites is ``sql_patterns``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from sqlglot import exp
 
-#: an argument's Spark type (``bigint``, ``string``, ``timestamp``…) when known, else None
-TypeOf = Callable[[exp.Expression], "str | None"]
-Build = Callable[[list[exp.Expression], TypeOf], exp.Expression]
-
-
-class Unfaithful(Exception):
-    """A call that cannot be translated as written; the message says what to write instead."""
-
-
-@dataclass(frozen=True)
-class Builtin:
-    min_args: int
-    max_args: int | None
-    build: Build
-
-    def arity_problem(self, name: str, count: int) -> str | None:
-        if count < self.min_args or (self.max_args is not None and count > self.max_args):
-            want = (f"{self.min_args}" if self.max_args == self.min_args
-                    else f"{self.min_args} or more" if self.max_args is None
-                    else f"{self.min_args} to {self.max_args}")
-            return f"{name} takes {want} argument{'' if want == '1' else 's'}, found {count}"
-        return None
-
-
-def call(name: str, *args: exp.Expression) -> exp.Expression:
-    """A Spark call by name, generated verbatim (no sqlglot re-interpretation)."""
-    return exp.Anonymous(this=name, expressions=list(args))
-
-
-def lit(value: str) -> exp.Literal:
-    return exp.Literal.string(value)
-
-
-def num(value: int) -> exp.Expression:
-    return exp.Literal.number(value)
-
-
-def cast(arg: exp.Expression, to: str) -> exp.Cast:
-    return exp.Cast(this=arg, to=exp.DataType.build(to, dialect="spark"))
-
-
-def _string_literal(arg: exp.Expression, what: str) -> str:
-    if isinstance(arg, exp.Literal) and arg.is_string:
-        return str(arg.this)
-    raise Unfaithful(f"{what} must be a string literal")
-
-
-INTEGRAL = {"tinyint", "smallint", "int", "bigint"}
+from streamling.spec.sql_calls import INTEGRAL, Build, Builtin, TypeOf, Unfaithful, call, cast, lit, num, string_literal
+from streamling.spec.sql_patterns import java_datetime_pattern, java_replacement
 
 
 def _renamed(name: str) -> Build:
@@ -161,7 +115,7 @@ _DIGESTS: dict[str, Callable[[exp.Expression], exp.Expression]] = {
 
 
 def _digest(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
-    algorithm = _string_literal(args[1], "digest's algorithm").lower()
+    algorithm = string_literal(args[1], "digest's algorithm").lower()
     if algorithm not in _DIGESTS:
         raise Unfaithful(f"digest algorithm '{algorithm}' has no Spark equivalent; "
                          f"use one of {', '.join(sorted(_DIGESTS))}")
@@ -206,7 +160,7 @@ def _timestamp_kind(unit: str, int_call: Callable[[exp.Expression], exp.Expressi
 def _parse_timestamp(args: list[exp.Expression]) -> exp.Expression:
     if len(args) == 1:
         return cast(args[0], "timestamp")
-    formats = [java_datetime_pattern(_string_literal(f, "a timestamp format")) for f in args[1:]]
+    formats = [java_datetime_pattern(string_literal(f, "a timestamp format")) for f in args[1:]]
     if len(formats) == 1:
         return call("to_timestamp", args[0], lit(formats[0]))
     return call("coalesce", *(call("try_to_timestamp", args[0].copy(), lit(f)) for f in formats))
@@ -231,7 +185,7 @@ def _to_unixtime(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
 
 
 def _to_char(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
-    pattern = java_datetime_pattern(_string_literal(args[1], "the format of to_char"))
+    pattern = java_datetime_pattern(string_literal(args[1], "the format of to_char"))
     return call("date_format", args[0], lit(pattern))
 
 
@@ -263,14 +217,14 @@ def date_part(unit: str, value: exp.Expression) -> exp.Expression:
 
 
 def _date_part(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
-    return date_part(_string_literal(args[0], "the part of date_part"), args[1])
+    return date_part(string_literal(args[0], "the part of date_part"), args[1])
 
 
 def _regex_flags(args: list[exp.Expression], index: int, allowed: str = "imsx") -> tuple[str, str]:
     """DataFusion's flags argument → (Java inline flags prefix, the flags as written)."""
     if len(args) <= index:
         return "", ""
-    flags = _string_literal(args[index], "the regular expression flags")
+    flags = string_literal(args[index], "the regular expression flags")
     inline = "".join(sorted(set(flags) - {"g"}))
     bad = set(inline) - set(allowed)
     if bad:
@@ -291,42 +245,24 @@ def _regexp_like(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
     return call("regexp_like", args[0], _with_prefix(prefix, args[1]))
 
 
-def _java_replacement(text: str, shift: int) -> str:
-    r"""DataFusion replacement (``\1`` or ``$1``/``${1}`` for groups) → Java's (``$1``), group numbers
-    shifted by ``shift``; other backslashes and dollars become literal."""
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        m = re.match(r"\\(\d)|\$(\d+)|\$\{(\d+)\}", text[i:])
-        if m:
-            group = int(next(g for g in m.groups() if g is not None))
-            out.append(f"${{{group + shift}}}" if group or shift else "$0")
-            i += m.end()
-            continue
-        ch = text[i]
-        out.append("\\" + ch if ch in "\\$" else ch)
-        i += 1
-    return "".join(out)
-
-
 def _regexp_replace(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
     # DataFusion replaces the first match unless flags hold 'g'; Spark replaces every match. The
     # first match alone is reached by anchoring a lazy prefix group in front of the pattern.
     prefix, flags = _regex_flags(args, 3)
     text, pattern, replacement = args[0], args[1], args[2]
-    repl = _string_literal(replacement, "regexp_replace's replacement")
+    repl = string_literal(replacement, "regexp_replace's replacement")
     if "g" in flags:
-        return call("regexp_replace", text, _with_prefix(prefix, pattern), lit(_java_replacement(repl, 0)))
+        return call("regexp_replace", text, _with_prefix(prefix, pattern), lit(java_replacement(repl, 0)))
     first = _with_prefix(prefix + "^(?s:(.*?))(?:", pattern)
     first = lit(str(first.this) + ")") if isinstance(first, exp.Literal) else call("concat", first, lit(")"))
-    return call("regexp_replace", text, first, lit("$1" + _java_replacement(repl, 1)))
+    return call("regexp_replace", text, first, lit("$1" + java_replacement(repl, 1)))
 
 
 def _regexp_match(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
     # DataFusion: the first match's capture groups as a list (the whole match when the pattern has
     # none), NULL without a match.
     prefix, _ = _regex_flags(args, 2)
-    pattern_text = _string_literal(args[1], "regexp_match's pattern")
+    pattern_text = string_literal(args[1], "regexp_match's pattern")
     pattern = lit(prefix + pattern_text)
     groups = len(re.findall(r"(?<!\\)\((?!\?)", pattern_text))
     parts = [call("regexp_extract", args[0].copy(), pattern.copy(), num(g))
@@ -350,7 +286,7 @@ def _array_slice(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
 
 
 def _array_sort(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
-    order = _string_literal(args[1], "array_sort's order").upper() if len(args) > 1 else "ASC"
+    order = string_literal(args[1], "array_sort's order").upper() if len(args) > 1 else "ASC"
     if len(args) > 2 or order not in {"ASC", "DESC"}:
         raise Unfaithful("array_sort takes ASC or DESC (null ordering cannot be chosen on Spark)")
     # DataFusion sorts NULLs first ascending and last descending, as sort_array does.
@@ -360,7 +296,7 @@ def _array_sort(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
 def _string_to_array(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
     if len(args) == 3:
         raise Unfaithful("string_to_array with a null string has no Spark equivalent")
-    delimiter = _string_literal(args[1], "string_to_array's delimiter")
+    delimiter = string_literal(args[1], "string_to_array's delimiter")
     pattern = re.escape(delimiter) if delimiter else "(?!^)(?!$)"
     return call("split", args[0], lit(pattern), num(-1))
 
@@ -388,7 +324,7 @@ _SPARK_TO_ARROW = {"tinyint": "Int8", "smallint": "Int16", "int": "Int32", "bigi
 
 
 def _arrow_cast(args: list[exp.Expression], _t: TypeOf) -> exp.Expression:
-    name = _string_literal(args[1], "arrow_cast's type")
+    name = string_literal(args[1], "arrow_cast's type")
     decimal = re.fullmatch(r"Decimal(?:128|256)\((\d+),\s*(\d+)\)", name)
     if decimal:
         return cast(args[0], f"decimal({decimal.group(1)},{decimal.group(2)})")
@@ -549,40 +485,3 @@ NOT_FAITHFUL: dict[str, str] = {
 }
 
 
-# --- chrono (strftime) formats → Spark's datetime patterns -----------------------------------------------
-
-_CHRONO: dict[str, str] = {
-    "Y": "yyyy", "y": "yy", "m": "MM", "d": "dd", "H": "HH", "I": "hh", "M": "mm", "S": "ss",
-    "p": "a", "b": "MMM", "h": "MMM", "B": "MMMM", "a": "EEE", "A": "EEEE", "j": "DDD",
-    "f": "SSSSSSSSS", "3f": "SSS", "6f": "SSSSSS", "9f": "SSSSSSSSS", ".3f": ".SSS", ".6f": ".SSSSSS",
-    ".9f": ".SSSSSSSSS", "z": "xx", ":z": "xxx", "T": "HH:mm:ss", "D": "MM/dd/yy", "F": "yyyy-MM-dd",
-    "R": "HH:mm", "%": "%",
-}
-
-
-def java_datetime_pattern(chrono: str) -> str:
-    """A strftime-style format (what DataFusion's to_char/to_timestamp take) as a Spark pattern."""
-    out: list[str] = []
-    literal: list[str] = []
-
-    def flush() -> None:
-        if literal:
-            text = "".join(literal).replace("'", "''")
-            out.append(f"'{text}'" if re.search(r"[A-Za-z']", text) else text)
-            literal.clear()
-
-    i = 0
-    while i < len(chrono):
-        if chrono[i] != "%":
-            literal.append(chrono[i])
-            i += 1
-            continue
-        spec = next((s for s in sorted(_CHRONO, key=len, reverse=True) if chrono.startswith(s, i + 1)), None)
-        if spec is None:
-            raise Unfaithful(f"format specifier '{chrono[i:i + 2]}' has no Spark equivalent; "
-                             f"use %Y %m %d %H %M %S %.3f %z and literal text")
-        flush()
-        out.append(_CHRONO[spec] if spec != "%" else "%")
-        i += 1 + len(spec)
-    flush()
-    return "".join(out)

@@ -16,11 +16,12 @@ from importlib import resources
 from sqlglot import exp
 
 from streamling.functions import catalog
+from streamling.spec import sql_calls as sc
 from streamling.spec import sql_functions as fn
 from streamling.util import did_you_mean
 
 DYNAMIC_TABLE_CHECK = "dynamic_table_check"
-_NUMERIC = fn.INTEGRAL | {"float", "double"}
+_NUMERIC = sc.INTEGRAL | {"float", "double"}
 
 
 @functools.cache
@@ -60,7 +61,7 @@ class Translator:
             return "bigint"
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Mod)):
             left, right = self.type_of(node.this), self.type_of(node.expression)
-            if left in fn.INTEGRAL and right in fn.INTEGRAL:
+            if left in sc.INTEGRAL and right in sc.INTEGRAL:
                 return "bigint"
             if left in _NUMERIC and right in _NUMERIC:
                 return "double"
@@ -91,7 +92,7 @@ class Translator:
             if isinstance(node, exp.Literal) and not node.is_string and not node.is_int \
                     and not isinstance(node.parent, (exp.DataTypeParam, exp.DataType)):
                 # DataFusion reads 2.5 as a 64-bit float, Spark as a decimal.
-                return fn.cast(node.copy(), "double")
+                return sc.cast(node.copy(), "double")
             if isinstance(node, (exp.Cast, exp.TryCast)):
                 return self._cast(node)
             if isinstance(node, exp.Extract):
@@ -100,15 +101,15 @@ class Translator:
                     part.meta["spark_type"] = "int"
                 return part
             if isinstance(node, exp.Substring):
-                args = [a for a in (node.this, node.args.get("start") or fn.num(1), node.args.get("length")) if a]
+                args = [a for a in (node.this, node.args.get("start") or sc.num(1), node.args.get("length")) if a]
                 return fn.BUILDERS["substr"].build(args, self.type_of)
             if isinstance(node, exp.Bracket):
                 return self._bracket(node)
             if isinstance(node, exp.RegexpILike):
-                return fn.call("regexp_like", node.this, fn.call("concat", fn.lit("(?i)"), node.expression))
+                return sc.call("regexp_like", node.this, sc.call("concat", sc.lit("(?i)"), node.expression))
             if isinstance(node, exp.SimilarTo):
                 self.problems.append("SIMILAR TO is not supported; use regexp_like(text, pattern)")
-        except fn.Unfaithful as exc:
+        except sc.Unfaithful as exc:
             self.problems.append(f"{_construct(node)}: {exc}")
         return node
 
@@ -147,7 +148,7 @@ class Translator:
 
     def _div(self, node: exp.Div) -> exp.Expression:
         # DataFusion divides integers as integers (truncating toward zero), as Spark's DIV does.
-        if self.type_of(node.this) in fn.INTEGRAL and self.type_of(node.expression) in fn.INTEGRAL:
+        if self.type_of(node.this) in sc.INTEGRAL and self.type_of(node.expression) in sc.INTEGRAL:
             return exp.IntDiv(this=node.this, expression=node.expression)
         return node
 
@@ -155,10 +156,10 @@ class Translator:
         source = self.type_of(node.this)
         target = node.to.sql(dialect="spark").lower()
         # Arrow casts between integers and timestamps count nanoseconds; Spark's count seconds.
-        if source == "timestamp" and target in fn.INTEGRAL:
-            return fn.cast(exp.Mul(this=fn.call("unix_micros", node.this), expression=fn.num(1000)), target)
-        if source in fn.INTEGRAL and target == "timestamp":
-            return fn.call("timestamp_micros", exp.IntDiv(this=node.this, expression=fn.num(1000)))
+        if source == "timestamp" and target in sc.INTEGRAL:
+            return sc.cast(exp.Mul(this=sc.call("unix_micros", node.this), expression=sc.num(1000)), target)
+        if source in sc.INTEGRAL and target == "timestamp":
+            return sc.call("timestamp_micros", exp.IntDiv(this=node.this, expression=sc.num(1000)))
         return node
 
     def _bracket(self, node: exp.Bracket) -> exp.Expression:
@@ -166,7 +167,7 @@ class Translator:
         index = node.expressions[0] if len(node.expressions) == 1 else None
         if index is None or (isinstance(index, exp.Literal) and index.is_string):
             return node
-        return fn.call("try_element_at", node.this, index)
+        return sc.call("try_element_at", node.this, index)
 
     def _check_unnest(self, tree: exp.Expression) -> None:
         """``unnest`` runs as Spark's ``explode``: faithful only alone, at the top of a select list."""

@@ -31,14 +31,14 @@ __all__ = [
 def is_durable(settings: Settings) -> bool:
     """Whether the configured backend keeps positions between runs, so a new run resumes its
     checkpoint (``streamling.runtime.checkpoints``); ``InMemory`` starts every run over."""
-    from streamling.config.settings import normalize_backend
+    from streamling.config.sections import normalize_backend
 
     return normalize_backend(settings.state_backend.backend_type) != "inmemory"
 
 
 def create_state_backend(settings: Settings, namespace: str | None = None) -> StateBackend:
     """The configured backend for ``namespace`` (default: ``settings.application_id``)."""
-    from streamling.config.settings import normalize_backend
+    from streamling.config.sections import normalize_backend
 
     ns = namespace or settings.application_id
     cfg = settings.state_backend

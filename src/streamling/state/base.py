@@ -51,6 +51,25 @@ class StateBackend(Protocol):
         ...
 
 
+class SqlStateBackend:
+    """What the SQL backends (SQLite, Postgres) share: a put is a ``put_many`` of one, and both store
+    the same ``(namespace, key, JSON)`` rows, each value checked by ``encode`` before any is written."""
+
+    namespace: str
+
+    def put(self, key: str, data: dict[str, Any]) -> None:
+        self.put_many({key: data})
+
+    def put_many(self, items: Mapping[str, dict[str, Any]]) -> None:
+        rows = [(self.namespace, key, encode(key, data)) for key, data in items.items()]
+        if rows:
+            self.upsert_rows(rows)
+
+    def upsert_rows(self, rows: list[tuple[str, str, str]]) -> None:
+        """Insert or replace ``(namespace, key, JSON)`` rows in one transaction."""
+        raise NotImplementedError
+
+
 def encode(key: str, data: Mapping[str, Any]) -> str:
     """JSON text for a value. Every backend goes through JSON, so a value that works in memory also
     works in SQLite and Postgres, and callers never share mutable state with the backend."""

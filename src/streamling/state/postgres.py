@@ -8,23 +8,23 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from streamling.errors import StreamlingError
 from streamling.postgres import PoolSettings, PostgresPool, first_line, is_transient, mask, sqlstate_prefix
-from streamling.state.base import encode
+from streamling.state.base import SqlStateBackend
 
 if TYPE_CHECKING:
     import psycopg
 
-    from streamling.config.settings import PostgresStateSettings
+    from streamling.config.sections import PostgresStateSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class PostgresStateBackend:
+class PostgresStateBackend(SqlStateBackend):
     """Keys in ``<state_schema_name>.<state_table_name>``, created on first use."""
 
     durable = True
@@ -71,14 +71,7 @@ class PostgresStateBackend:
         row = self._run(f"reading {key!r}", lambda c: c.execute(self._get, (self.namespace, key)).fetchone())
         return None if row is None else dict(row[0])
 
-    def put(self, key: str, data: dict[str, Any]) -> None:
-        self.put_many({key: data})
-
-    def put_many(self, items: Mapping[str, dict[str, Any]]) -> None:
-        rows = [(self.namespace, key, encode(key, data)) for key, data in items.items()]
-        if not rows:
-            return
-
+    def upsert_rows(self, rows: list[tuple[str, str, str]]) -> None:
         def write(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction(), conn.cursor() as cur:
                 cur.executemany(self._upsert, rows)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from streamling.errors import StreamlingError
-from streamling.state.base import decode, encode
+from streamling.state.base import SqlStateBackend, decode
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS state (
@@ -24,7 +23,7 @@ UPSERT = ("INSERT INTO state (namespace, key, data) VALUES (?, ?, ?) "
           "ON CONFLICT (namespace, key) DO UPDATE SET data = excluded.data")
 
 
-class SqliteStateBackend:
+class SqliteStateBackend(SqlStateBackend):
     """Keys in ``state(namespace, key, data, created_at)``; ``created_at`` is kept on update."""
 
     durable = True
@@ -51,13 +50,7 @@ class SqliteStateBackend:
                                    (self.namespace, key)).fetchone()
         return None if row is None else decode(row[0])
 
-    def put(self, key: str, data: dict[str, Any]) -> None:
-        self.put_many({key: data})
-
-    def put_many(self, items: Mapping[str, dict[str, Any]]) -> None:
-        rows = [(self.namespace, key, encode(key, data)) for key, data in items.items()]
-        if not rows:
-            return
+    def upsert_rows(self, rows: list[tuple[str, str, str]]) -> None:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:

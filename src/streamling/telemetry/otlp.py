@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 
-    from streamling.config.settings import OpenTelemetrySettings
+    from streamling.config.sections import OpenTelemetrySettings
 
 PROTOCOLS = ("http/protobuf", "http/json", "grpc")
 

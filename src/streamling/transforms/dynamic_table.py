@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     import psycopg
     from pyspark.sql import DataFrame, SparkSession
 
-    from streamling.config.settings import PostgresConnection
+    from streamling.config.sections import PostgresConnection
     from streamling.postgres import PoolSettings, PostgresPool
 
 log = logging.getLogger(__name__)

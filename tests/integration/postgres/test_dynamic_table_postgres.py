@@ -14,7 +14,7 @@ import yaml
 from harness import Runner
 
 from streamling.config import load_settings
-from streamling.config.settings import RetrySettings
+from streamling.config.sections import RetrySettings
 from streamling.errors import StreamlingError
 from streamling.postgres import connect_attempts
 from streamling.runtime import events as ev

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from test_postgres_sink import ROW_DDL, SINK, Harness, rows
 
-from streamling.config.settings import RetrySettings
+from streamling.config.sections import RetrySettings
 from streamling.errors import StreamlingError
 from streamling.runtime.retry import call_with_retry
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from streamling.config import load_settings
-from streamling.config.settings import RetrySettings
+from streamling.config.sections import RetrySettings
 from streamling.errors import StreamlingError
 from streamling.postgres import connect_attempts
 from streamling.postgres.columns import compatible

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from streamling.bundle.store import PostgresStore, SqliteStore, Store, StoreUnavailable
-from streamling.config.settings import JobRunnerSettings
+from streamling.config.sections import JobRunnerSettings
 
 pytestmark = [pytest.mark.postgres]
 

@@ -17,7 +17,7 @@ import pytest
 
 from streamling.bundle.runner import LeaseLost, Runner
 from streamling.bundle.workspace import Workspace
-from streamling.config.settings import JobRunnerSettings
+from streamling.config.sections import JobRunnerSettings
 
 pytestmark = [pytest.mark.postgres]
 LEASE_SECS = 4.0

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from services import delta_table_on_s3, s3a_conf, start_services
 
-from streamling.runtime.session import ensure_jars
+from streamling.runtime.jars import ensure_jars
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 ROWS = 4_000  # 1,000 per epoch at 1,000 rows/s: 4 epochs, at least 1 of them after the driver is killed
