@@ -30,7 +30,7 @@ from streamling.bundle.workspace import Workspace
 from streamling.util import process_alive
 
 if TYPE_CHECKING:
-    from streamling.bundle.runner import Attempt
+    from streamling.bundle.attempts import Attempt
 
 # what warm drivers do is part of the runner's log
 log = logging.getLogger("streamling.bundle.runner")
