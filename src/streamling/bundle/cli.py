@@ -121,7 +121,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     from streamling.bundle.deploy import deploy
-    from streamling.bundle.runner import ensure_runner
+    from streamling.bundle.runner_start import ensure_runner
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
@@ -155,7 +155,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 def _wait_request(ws: Any, store: Any, request_id: int, timeout: float = 60) -> dict[str, Any]:
     """The runner's answer to a request; a runner that exited idle just before it was filed is restarted."""
-    from streamling.bundle.runner import ensure_runner, runner_running
+    from streamling.bundle.runner_start import ensure_runner, runner_running
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -171,7 +171,7 @@ def _wait_request(ws: Any, store: Any, request_id: int, timeout: float = 60) -> 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from streamling.bundle.deploy import deploy
-    from streamling.bundle.runner import ensure_runner
+    from streamling.bundle.runner_start import ensure_runner
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
@@ -305,7 +305,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 def _runner_state(ws: Any, store: Any) -> str:
     """'running'/'stopped'; with a shared store, where the supervising runner is."""
-    from streamling.bundle.runner import runner_running
+    from streamling.bundle.runner_start import runner_running
 
     if store is None or not store.shared:
         return "running" if runner_running(ws, store) else "stopped"
@@ -323,7 +323,7 @@ def _pause_status(job: dict[str, Any]) -> str | None:
 
 
 def cmd_destroy(args: argparse.Namespace) -> int:
-    from streamling.bundle.runner import ensure_runner, runner_running
+    from streamling.bundle.runner_start import ensure_runner, runner_running
     from streamling.bundle.workspace import Workspace
 
     bundle = _bundle(args)
@@ -466,7 +466,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from streamling.bundle.runner import ensure_runner
+    from streamling.bundle.runner_start import ensure_runner
     from streamling.bundle.workspace import Workspace
 
     if (args.run_id is None) == (args.job is None):

@@ -13,15 +13,16 @@ or that the new definition is broken — then the old one keeps running and the 
 why. Other tasks, and changes that need a new JVM, are stopped after their current epoch
 (SIGTERM) and restarted on the same checkpoint; an unchanged task is left alone.
 
-The CLI never touches run state: it files requests in the store and reads. With the SQLite store
-(one host) the runner holds an OS lock on ``runner.lock`` for its whole life, so there is never a
-second one and a dead runner's lock is free at once. With a shared store (``job_runner.store:
-postgres``) runners on several hosts may run at once: the one holding the store's lease supervises
-and renews it every tick; the others stand by and take the lease once it expires
-(``job_runner.lease_secs``). Drivers survive a runner restart and the new runner adopts those on
-its own host; a driver on another host is fenced (see ``streamling.bundle.store``): it stops at
-once, and its task starts again here from its checkpoint. A runner that cannot renew its lease
-stops supervising before the lease can pass to another, so two never act at once.
+The CLI never touches run state: it files requests in the store and reads, and starts a runner
+when none supervises (``streamling.bundle.runner_start``). With the SQLite store (one host) the
+runner holds an OS lock on ``runner.lock`` for its whole life, so there is never a second one and a
+dead runner's lock is free at once. With a shared store (``job_runner.store: postgres``) runners on
+several hosts may run at once: the one holding the store's lease supervises and renews it every
+tick; the others stand by and take the lease once it expires (``job_runner.lease_secs``). Drivers
+survive a runner restart and the new runner adopts those on its own host; a driver on another host
+is fenced (see ``streamling.bundle.store``): it stops at once, and its task starts again here from
+its checkpoint. A runner that cannot renew its lease stops supervising before the lease can pass to
+another, so two never act at once.
 
 Drivers warmed ahead of need (a continuous task's standby, the target's pooled warm drivers) are kept
 by ``streamling.bundle.warm_drivers``, which the runner calls each tick and whenever it launches an
@@ -37,7 +38,6 @@ Moving running attempts onto a new deployment (a swap in the driver, or a stop a
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import logging
 import os
@@ -55,7 +55,8 @@ from streamling.bundle.control_flow import ITERATION_INDEX, ITERATION_INPUT, Con
 from streamling.bundle.lease import LeaseHolder, LeaseLost
 from streamling.bundle.notifications import Notifications
 from streamling.bundle.reaper import Reaper
-from streamling.bundle.store import Store, StoreUnavailable
+from streamling.bundle.runner_start import runner_lock
+from streamling.bundle.store import StoreUnavailable
 from streamling.bundle.swaps import Swaps
 from streamling.bundle.triggers import Triggers
 from streamling.bundle.warm_drivers import WarmDrivers
@@ -480,49 +481,9 @@ def _readiness(record: dict[str, Any], tasks: dict[str, Any]) -> str:
     return "run" if all(ok) else "excluded"
 
 
-# --- starting the runner ----------------------------------------------------------------------------
-
-def runner_running(ws: Workspace, store: Store | None = None) -> bool:
-    """True when a runner supervises this root: it holds the shared store's lease (on any host) or,
-    with the SQLite store, this root's lock."""
-    if ws.store_settings().store != "sqlite":
-        if store is not None:
-            return store.lease().held
-        own = ws.open_store()
-        try:
-            return own.lease().held
-        finally:
-            own.close()
-    if not ws.runner_lock.exists():
-        return False
-    with open(ws.runner_lock, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return False
-
-
-def ensure_runner(ws: Workspace, timeout_secs: float = 15, store: Store | None = None) -> None:
-    """Start this root's runner in the background unless one runs; it outlives the calling command.
-
-    With a shared store, a runner on any host holding the lease counts: none is started here."""
-    if runner_running(ws, store):
-        return
-    ws.root.mkdir(parents=True, exist_ok=True)
-    with open(ws.runner_log, "ab") as out:
-        subprocess.Popen([sys.executable, "-m", "streamling.bundle.runner", str(ws.root)], stdout=out,
-                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + timeout_secs
-    while time.monotonic() < deadline:
-        if runner_running(ws, store):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"the job runner did not start; see {ws.runner_log}")
-
-
 def main(argv: list[str] | None = None) -> int:
+    """``python -m streamling.bundle.runner ROOT``: supervise ROOT until idle or stopped (``runner_start``
+    starts it; a second one on the same root leaves at once)."""
     p = argparse.ArgumentParser(prog="streamling-runner", description="Supervise the jobs deployed under ROOT.")
     p.add_argument("root")
     args = p.parse_args(argv)
@@ -541,16 +502,10 @@ def main(argv: list[str] | None = None) -> int:
                  runner.store.describe)
         runner.serve()
         return 0
-    with open(ws.runner_lock, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+    with runner_lock(ws) as held:
+        if not held:
             log.info("a runner already supervises %s", ws.root)
             return 0
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
         runner = Runner(ws.root)
         signal.signal(signal.SIGTERM, lambda *_: runner.stop())
         signal.signal(signal.SIGCHLD, lambda *_: runner.wake())
