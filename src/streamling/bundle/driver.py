@@ -158,7 +158,7 @@ def _wheel_entry_point(package: str, entry_point: str, arguments: list[str]) -> 
 
 def _notebook_task(ws: Any, version: int, job_key: str, task_key: str, params: dict[str, str],
                    log_path: Path | None, context: RunContext | None = None) -> int:
-    from streamling.cli import execute
+    from streamling.execution import execute
     from streamling.plugins.discovery import load_plugins
     from streamling.plugins.host import check_configured_plugins
 
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.standby and not (args.job and args.task):
         p.error("--job and --task are required (only a pooled warm driver, started with --standby, takes its task "
                 "from the runner)")
-    from streamling.cli import STATS_FILE_ENV, setup_logging
+    from streamling.execution import STATS_FILE_ENV, setup_logging
     from streamling.secrets import SECRETS_DIR_ENV, RedactingStream
     from streamling.util import free_port
 

@@ -445,7 +445,7 @@ class NotebookJob:
             nb.current.wait(float(self.settings.shutdown_budget_secs))
 
     def _exit_after(self, budget: float) -> None:
-        from streamling.cli import STOPPED_EXIT_CODE
+        from streamling.execution import STOPPED_EXIT_CODE
 
         if self._ended.wait(budget):
             return

@@ -487,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="streamling-runner", description="Supervise the jobs deployed under ROOT.")
     p.add_argument("root")
     args = p.parse_args(argv)
-    from streamling.cli import setup_logging
+    from streamling.execution import setup_logging
 
     # as the CLI's: among others, httpx would log every webhook's URL, credentials included
     setup_logging("text", debug=False)
