@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamling.bundle.compile import INTERACTIVE, RAISES, Cell, read_notebook, run_arguments, run_target
+from streamling.bundle.notebook_reader import INTERACTIVE, RAISES, Cell, read_notebook, run_arguments, run_target
 from streamling.errors import StreamlingError, first_line, java_message
 from streamling.notebook.dbutils import NotebookExit
 
