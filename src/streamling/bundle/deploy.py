@@ -279,7 +279,7 @@ def deploy_lock(ws: Workspace, force: bool = False, bundle: Bundle | None = None
             if ws.remote is None or bundle is None:
                 yield
                 return
-            from streamling.bundle.store import PostgresStore
+            from streamling.bundle.store_backends import PostgresStore
 
             settings, schema = runner_settings(bundle)
             store = PostgresStore(settings, schema)

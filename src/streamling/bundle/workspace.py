@@ -189,7 +189,7 @@ class Workspace:
         return JobRunnerSettings.model_validate(deep_merge(recorded, env_overrides(os.environ).get("job_runner", {})))
 
     def open_store(self) -> Store:
-        from streamling.bundle.store import open_store
+        from streamling.bundle.store_backends import open_store
 
         settings = self.store_settings()
         if self.uri and settings.store != "postgres":
