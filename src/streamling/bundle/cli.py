@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from streamling.bundle.deploy import build
+    from streamling.bundle.task_build import build
 
     bundle = target_bundle(args)
     builds = build(bundle)

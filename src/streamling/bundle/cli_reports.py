@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-    from streamling.bundle.deploy import build
+    from streamling.bundle.task_build import build
     from streamling.bundle.warm_drivers import pool_state, standby_state
     from streamling.bundle.workspace import Workspace
 

@@ -179,9 +179,9 @@ def _notebook_task(ws: Any, version: int, job_key: str, task_key: str, params: d
 def _executed_notebook(ws: Any, version: int, job_key: str, task: dict[str, Any], log_path: Path | None) -> int:
     """A notebook with Python, SQL or shell cells, or a SQL task's file: its driver runs every cell
     (``NotebookJob``; a SQL file is one SQL cell) on a SparkSession built with the target's settings."""
-    from streamling.bundle.deploy import default_application_id
     from streamling.bundle.notebook_job import NotebookJob
     from streamling.bundle.notebook_reader import Cell
+    from streamling.bundle.task_build import default_application_id
     from streamling.config import deep_merge, env_variables, load_settings
     from streamling.notebook.dbutils import output_file
     from streamling.plugins.discovery import load_plugins
