@@ -332,17 +332,11 @@ class Runner:
         if standby is None and not launcher:
             standby = self.warm.take_pooled(record, python, self.deployment)
         if standby is not None:
-            # Its log becomes the attempt's (the process keeps writing to the same file), then the go
-            # file hands it the attempt: it runs exactly what the command below would.
-            standby.log_path.rename(log_path)
-            go = {"deployment": self.version, "params": json.dumps(params), "exit_file": f"{log_path}.exit",
-                  "attempt": attempt_id, "context": json.dumps(context), "job": job_key, "task": task_key}
-            tmp = standby.go_file.with_name(standby.go_file.name + ".tmp")
-            tmp.write_text(json.dumps(go))
-            tmp.replace(standby.go_file)
+            # it runs exactly what the command above would
+            standby.hand_over(log_path, {
+                "deployment": self.version, "params": json.dumps(params), "exit_file": f"{log_path}.exit",
+                "attempt": attempt_id, "context": json.dumps(context), "job": job_key, "task": task_key})
             proc = standby.proc
-            if proc.stdin is not None:
-                proc.stdin.close()  # it is the task's driver now: it outlives this runner, as a cold one would
             log.info("run %d task '%s': %s (pid %d, started %.0fs ago, %s) takes over", run_id, task_key,
                      "a pooled warm driver" if not standby.job_key else "its warm standby driver", proc.pid,
                      time.time() - standby.started, "ready" if standby.ready else "still warming up")
