@@ -53,6 +53,10 @@ What each cell means in a job:
 Every problem is reported at once: ``compile_notebook`` raises a ``ValidationError`` listing each
 cell's problems and then the document's own validation (``streamling.spec.parse_pipeline``),
 located at the cell that defined the node.
+
+Why this module is over 500 lines: it is one pass over the cells (``_Compiler``) applying the rules
+listed above, a fifth of it being that list; split, each rule would sit apart from the others it
+interacts with (a failed cell, the cell that defined a node, what makes the notebook run).
 """
 
 from __future__ import annotations
