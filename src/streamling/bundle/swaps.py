@@ -22,15 +22,11 @@ from streamling.bundle.store import Store
 # a swap is part of the runner's log
 log = logging.getLogger("streamling.bundle.runner")
 
-#: ``(deployment, job_key, task_key)`` → the task's record in that deployment (None when it has none)
-TaskRecord = Callable[[int, str, str], "dict[str, Any] | None"]
-
-
 class Swaps:
-    """Moves the attempts of the runs in ``store`` onto a new deployment; ``task_record`` reads what a
-    deployment says of a task (the runner's read-once copy of the deployments)."""
+    """Moves the attempts of the runs in ``store`` onto a new deployment; ``task_record(deployment,
+    job_key, task_key)`` reads what a deployment says of a task (the runner's read-once copy of them)."""
 
-    def __init__(self, store: Store, task_record: TaskRecord) -> None:
+    def __init__(self, store: Store, task_record: Callable[[int, str, str], dict[str, Any] | None]) -> None:
         self.store = store
         self.task_record = task_record
 
