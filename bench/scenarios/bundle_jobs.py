@@ -73,7 +73,7 @@ from scenarios.common import (
     temp_dir,
 )
 from scenarios.generate_sql_postgres import SCHEMA, SERVICE_UP, _connect, ensure_postgres
-from streamling.bundle.runner import process_alive
+from streamling.util import process_alive
 
 NAME = "bundle_jobs"
 PROJECTION = "SELECT id, customer, amount * quantity AS total, _gs_op FROM orders"

@@ -67,9 +67,9 @@ def _runner(ws: Workspace) -> Runner:
 
 
 def _step(runner: Runner) -> None:
-    runner._load_deployment()
-    runner._poll_swaps()
-    runner._reap(time.time())
+    runner.load_deployment()
+    runner.swaps.poll(runner.attempts.values())
+    runner.reaper.reap(time.time(), runner.attempts, runner.deployment, runner.version)
 
 
 def _records(ws: Workspace, run_id: int) -> tuple[Any, list[Any]]:

@@ -158,7 +158,7 @@ def _wheel_entry_point(package: str, entry_point: str, arguments: list[str]) -> 
 
 def _notebook_task(ws: Any, version: int, job_key: str, task_key: str, params: dict[str, str],
                    log_path: Path | None, context: RunContext | None = None) -> int:
-    from streamling.cli import execute
+    from streamling.execution import execute
     from streamling.plugins.discovery import load_plugins
     from streamling.plugins.host import check_configured_plugins
 
@@ -179,9 +179,9 @@ def _notebook_task(ws: Any, version: int, job_key: str, task_key: str, params: d
 def _executed_notebook(ws: Any, version: int, job_key: str, task: dict[str, Any], log_path: Path | None) -> int:
     """A notebook with Python, SQL or shell cells, or a SQL task's file: its driver runs every cell
     (``NotebookJob``; a SQL file is one SQL cell) on a SparkSession built with the target's settings."""
-    from streamling.bundle.compile import Cell
-    from streamling.bundle.deploy import default_application_id
     from streamling.bundle.notebook_job import NotebookJob
+    from streamling.bundle.notebook_reader import Cell
+    from streamling.bundle.task_build import default_application_id
     from streamling.config import deep_merge, env_variables, load_settings
     from streamling.notebook.dbutils import output_file
     from streamling.plugins.discovery import load_plugins
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.standby and not (args.job and args.task):
         p.error("--job and --task are required (only a pooled warm driver, started with --standby, takes its task "
                 "from the runner)")
-    from streamling.cli import STATS_FILE_ENV, setup_logging
+    from streamling.execution import STATS_FILE_ENV, setup_logging
     from streamling.secrets import SECRETS_DIR_ENV, RedactingStream
     from streamling.util import free_port
 

@@ -130,7 +130,7 @@ def task_python(requirements: list[str]) -> str | None:
     missing); None when there are none (the task runs on streamling's own interpreter)."""
     if not requirements:
         return None
-    from streamling.runtime.session import cache_dir
+    from streamling.runtime.jars import cache_dir
 
     args = _resolve(requirements)
     home = cache_dir() / "task-envs"

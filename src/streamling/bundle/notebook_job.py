@@ -1,9 +1,10 @@
 """A notebook task whose cells run: the whole notebook in the job's driver, as Databricks runs one.
 
 Every cell runs in order in one IPython shell of the driver process: Python cells as IPython runs
-them (its magics included), ``%sql`` cells as Spark SQL statements (the last result shown in the
-log and kept as ``_sqldf``), ``%sh`` cells as shell scripts, ``%run`` cells as the included
-notebook's cells in the same namespace; ``%md`` cells and cells tagged ``interactive`` do not run.
+them (its magics included), ``%sql`` cells as Spark SQL statements (split and bound by
+``streamling.bundle.sql_statements``; the last result shown in the log and kept as ``_sqldf``),
+``%sh`` cells as shell scripts, ``%run`` cells as the included notebook's cells in the same
+namespace; ``%md`` cells and cells tagged ``interactive`` do not run.
 ``spark``, ``sc``, ``dbutils``, ``display`` and ``displayHTML`` are defined, and ``from
 databricks.sdk.runtime import …`` gets the same objects unless the Databricks SDK is installed.
 
@@ -26,7 +27,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -36,7 +36,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamling.bundle.compile import INTERACTIVE, RAISES, Cell, read_notebook, run_arguments, run_target
+from streamling.bundle.notebook_reader import INTERACTIVE, RAISES, Cell, read_notebook, run_arguments, run_target
+from streamling.bundle.sql_statements import bind_parameters, split_sql
 from streamling.errors import StreamlingError, first_line, java_message
 from streamling.notebook.dbutils import NotebookExit
 
@@ -60,76 +61,6 @@ class _Stopped(BaseException):  # noqa: N818 - not an error: the task was asked 
 
 class CellFailed(StreamlingError):
     """A cell of the notebook raised: the task fails with the cell and the error's first line."""
-
-
-def _scan(text: str) -> Iterator[tuple[int, int, str]]:
-    """``text`` as pieces ``(start, end, kind)``: ``code``, ``quoted`` (a string or a quoted
-    identifier, quotes included) or ``comment``; a backslash escapes in strings as Spark reads them."""
-    i, start, n = 0, 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch in "'\"`" or text.startswith(("--", "/*"), i):
-            if start < i:
-                yield start, i, "code"
-            if ch in "'\"`":
-                j = i + 1
-                while j < n and text[j] != ch:
-                    j += 2 if text[j] == "\\" and ch != "`" else 1
-                yield i, min(j + 1, n), "quoted"
-                i = start = min(j + 1, n)
-            else:
-                end = text.find("\n", i) if ch == "-" else text.find("*/", i + 2)
-                end = n if end < 0 else end + (0 if ch == "-" else 2)
-                yield i, end, "comment"
-                i = start = end
-            continue
-        i += 1
-    if start < n:
-        yield start, n, "code"
-
-
-def split_sql(text: str) -> list[str]:
-    """The statements of a SQL cell: split at ``;`` outside quotes, identifiers and comments
-    (comments are dropped)."""
-    statements, current = [], []
-    for start, end, kind in _scan(text):
-        if kind == "comment":
-            current.append(" ")
-            continue
-        piece = text[start:end]
-        if kind == "quoted":
-            current.append(piece)
-            continue
-        parts = piece.split(";")
-        current.append(parts[0])
-        for part in parts[1:]:
-            statements.append("".join(current))
-            current = [part]
-    statements.append("".join(current))
-    return [s.strip() for s in statements if s.strip()]
-
-
-def bind_parameters(statement: str, values: Mapping[str, str]) -> str:
-    """Databricks' parameters in a SQL statement: ``${name}`` is replaced by the value as text (its
-    legacy form, anywhere), and a ``:name`` marker outside strings by the value as a string literal.
-    Spark would bind markers itself, but Delta's session extension breaks ``spark.sql(args=…)``."""
-    text = _LEGACY_PARAMETER.sub(lambda m: values.get(m.group(1), m.group(0)), statement)
-    out = []
-    for start, end, kind in _scan(text):
-        piece = text[start:end]
-        if kind == "code":
-            piece = _PARAMETER_MARKER.sub(lambda m: _literal(values[m.group(1)]) if m.group(1) in values
-                                          else m.group(0), piece)
-        out.append(piece)
-    return "".join(out)
-
-
-def _literal(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-_LEGACY_PARAMETER = re.compile(r"\$\{(\w+)\}")
-_PARAMETER_MARKER = re.compile(r"(?<![:\w]):(\w+)")
 
 
 class NotebookJob:
@@ -445,7 +376,7 @@ class NotebookJob:
             nb.current.wait(float(self.settings.shutdown_budget_secs))
 
     def _exit_after(self, budget: float) -> None:
-        from streamling.cli import STOPPED_EXIT_CODE
+        from streamling.execution import STOPPED_EXIT_CODE
 
         if self._ended.wait(budget):
             return

@@ -94,7 +94,7 @@ def _pipelines_cli(key: str, task: dict[str, Any], home: Path, spec_file: Path, 
     import pyspark
 
     from streamling.config.settings import mask_secrets
-    from streamling.runtime.session import ensure_jars
+    from streamling.runtime.jars import ensure_jars
     from streamling.util import write_private
 
     # The CLI's JVM reads its settings from the Spark configuration folder it is given: static ones

@@ -56,7 +56,7 @@ def reference_filler(job: dict[str, Any], params: dict[str, str], context: RunCo
 
 def resolved_parameters(job: dict[str, Any], task: dict[str, Any], params: dict[str, str],
                 context: RunContext | None) -> dict[str, str]:
-    from streamling.bundle.deploy import task_parameters
+    from streamling.bundle.task_build import task_parameters
 
     fill = reference_filler(job, params, context)
     return {k: fill(v) for k, v in task_parameters(job, task, params).items()}

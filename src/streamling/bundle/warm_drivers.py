@@ -30,7 +30,7 @@ from streamling.bundle.workspace import Workspace
 from streamling.util import process_alive
 
 if TYPE_CHECKING:
-    from streamling.bundle.runner import Attempt
+    from streamling.bundle.attempts import Attempt
 
 # what warm drivers do is part of the runner's log
 log = logging.getLogger("streamling.bundle.runner")
@@ -66,6 +66,16 @@ class Standby:
             pass
         if self.proc.stdin is not None:
             self.proc.stdin.close()
+
+    def hand_over(self, log_path: Path, go: dict[str, Any]) -> None:
+        """Make it an attempt's driver: its log becomes the attempt's ``log_path`` (the process keeps
+        writing to the same file), then the go file hands it the attempt ``go`` describes."""
+        self.log_path.rename(log_path)
+        tmp = self.go_file.with_name(self.go_file.name + ".tmp")
+        tmp.write_text(json.dumps(go))
+        tmp.replace(self.go_file)
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # it is the task's driver now: it outlives this runner, as a cold one would
 
     def forget(self) -> None:
         """Remove the files of a standby that left unused."""

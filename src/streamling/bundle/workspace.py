@@ -52,7 +52,7 @@ from streamling.util import write_private
 if TYPE_CHECKING:
     from streamling.bundle.model import Target
     from streamling.bundle.store import Store
-    from streamling.config.settings import JobRunnerSettings
+    from streamling.config.sections import JobRunnerSettings
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,8 @@ class Workspace:
         variables over it (a password kept out of the file, for instance)."""
         import os
 
-        from streamling.config.settings import JobRunnerSettings, deep_merge, env_overrides
+        from streamling.config.sections import JobRunnerSettings
+        from streamling.config.settings import deep_merge, env_overrides
 
         try:
             recorded = dict(json.loads(self.store_config.read_text()))
@@ -189,7 +190,7 @@ class Workspace:
         return JobRunnerSettings.model_validate(deep_merge(recorded, env_overrides(os.environ).get("job_runner", {})))
 
     def open_store(self) -> Store:
-        from streamling.bundle.store import open_store
+        from streamling.bundle.store_backends import open_store
 
         settings = self.store_settings()
         if self.uri and settings.store != "postgres":

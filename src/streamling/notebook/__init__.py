@@ -43,7 +43,7 @@ def load_ipython_extension(ipython: Any) -> None:
 
     ``set_custom_exc`` holds one handler per shell: loading streamling replaces another extension's.
     """
-    from streamling.cli import quiet_spark_python_logs
+    from streamling.execution import quiet_spark_python_logs
     from streamling.notebook.cells import PipelineError
     from streamling.notebook.dbutils import dbutils
     from streamling.notebook.magics import StreamlingMagics, show_pipeline_error

@@ -103,7 +103,7 @@ class StreamlingMagics(Magics):
     @observe("full_traceback")
     def _full_traceback_changed(self, change: Mapping[str, Any]) -> None:
         """Spark's and py4j's own failure logs are part of the full picture: shown only with it."""
-        from streamling.cli import quiet_spark_python_logs
+        from streamling.execution import quiet_spark_python_logs
 
         quiet_spark_python_logs(debug=bool(change["new"]))
 

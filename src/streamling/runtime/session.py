@@ -20,14 +20,12 @@ from streamling import storage
 from streamling.config import Settings
 from streamling.errors import first_line
 from streamling.runtime import class_archive
-from streamling.runtime.jars import (  # noqa: F401 - cache_dir, ensure_jars: bundle/ still imports them from here
+from streamling.runtime.jars import (
     CLASS_PATH,
     HOST_JARS,
     HOST_JARS_PLUGIN,
     NATIVE_JAR,
-    cache_dir,
     driver_jars,
-    ensure_jars,
 )
 from streamling.runtime.jvm_output import launch_with_filtered_stderr
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from streamling.bundle.store import PostgresStore, SqliteStore, Store, StoreUnavailable
+from streamling.bundle.store import Store, StoreUnavailable
+from streamling.bundle.store_backends import PostgresStore, SqliteStore
 from streamling.config.sections import JobRunnerSettings
 
 pytestmark = [pytest.mark.postgres]

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from streamling.bundle.runner import LeaseLost, Runner
+from streamling.bundle.lease import LeaseLost
+from streamling.bundle.runner import Runner
 from streamling.bundle.workspace import Workspace
 from streamling.config.sections import JobRunnerSettings
 
@@ -127,13 +128,13 @@ def test_a_runner_whose_lease_passed_to_another_stops_supervising(
     cleanup.append(ws)
     runner = Runner(ws.root)
     try:
-        assert runner._take_lease()
-        runner._renew_lease()  # held: renewing works
+        assert runner.lease.take()
+        runner.lease.renew()  # held: renewing works
         time.sleep(LEASE_SECS + 0.3)  # it stalled past its lease (a long GC, a frozen VM)
         other = ws.open_store()
         assert other.acquire_lease("host-b:9:0", "host-b", 9, LEASE_SECS) is not None
         other.close()
         with pytest.raises(LeaseLost, match="another runner holds the lease now"):
-            runner._renew_lease()
+            runner.lease.renew()
     finally:
         runner.store.close()
