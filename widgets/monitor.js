@@ -277,9 +277,7 @@ function render({ model, el }) {
           "data-node": n.name,
           "data-kind": n.kind,
           onclick: () => {
-            if (n.kind === "sink") return;
-            model.set("selected_node", n.name);
-            model.save_changes();
+            if (n.kind !== "sink") choose(n.name);
           },
         },
         s("title", { text: nodeTooltip(n) }),
@@ -615,6 +613,8 @@ function render({ model, el }) {
     if (msg.type === "pong") {
       live = true;
       renderHead();
+    } else if (msg.type === "selected") {
+      select.dataset.kernelSelected = msg.node; // what the kernel samples for and restarts with
     } else if (msg.type === "progress") {
       progressJson[`${msg.flow}\u0000${msg.epoch}`] = msg.json;
       renderEpochs();
@@ -651,11 +651,15 @@ function render({ model, el }) {
   ratesTab.addEventListener("click", () => ((chart = "rates"), renderCharts()));
   durationsTab.addEventListener("click", () => ((chart = "durations"), renderCharts()));
 
-  function onSelect() {
-    model.set("selected_node", select.value);
-    model.save_changes();
+  // A node choice shows at once here, and reaches the kernel the way the buttons do (the control
+  // channel, read while a cell keeps the kernel busy), numbered so that it applies in order.
+  const view = `${Date.now()}-${Math.random()}`;
+  let selectSeq = 0;
+  function choose(name) {
+    model.set("selected_node", name);
+    send({ action: "select", node: name, view, seq: ++selectSeq });
   }
-  select.addEventListener("change", onSelect);
+  select.addEventListener("change", () => choose(select.value));
 
   const handlers = [
     ["change:title change:status change:error change:controls", renderHead],

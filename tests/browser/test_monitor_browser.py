@@ -114,6 +114,14 @@ def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
         assert [h.split("\n")[0] for h in header][:2] == ["id", "amount"]  # then the runtime's _gs_op
         amounts = [float(t) for t in monitor.locator(".sl-sample-table tbody td:nth-child(2)").all_inner_texts()]
         assert amounts and all(a > 100 for a in amounts), amounts
+        # A node chosen while the kernel is busy reaches it at once, as Stop does (the control
+        # channel), and in order: the kernel's copy is what a Restart keeps.
+        node_select = monitor.locator("[data-testid=sl-node-select]")
+        node_select.select_option("orders")
+        node_select.select_option("big")
+        page.wait_for_function("() => document.querySelector('[data-testid=sl-node-select]')"
+                               ".dataset.kernelSelected === 'big'", timeout=10_000)
+        assert "*" in page.evaluate(f"() => ({prompts})()")[BUSY_CELL], "the choice reached the kernel after the cell"
 
         # Several epochs: the timeline fills, the rate chart draws lines, the sink counts rows.
         page.wait_for_function(

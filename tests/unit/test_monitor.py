@@ -218,6 +218,23 @@ def test_spark_progress_is_sent_on_request_and_buttons_call_the_controller() -> 
     assert pressed.empty()
 
 
+def test_a_node_choice_applies_in_its_views_order_and_a_restart_keeps_it() -> None:
+    m = _monitor()
+    sent: list[dict[str, Any]] = []
+    m.send = lambda content, buffers=None: sent.append(content)  # type: ignore[method-assign]
+    assert m.selected_node == "big"
+    m._handle_custom_msg({"action": "select", "node": "orders", "view": "a", "seq": 2}, [])
+    m._handle_custom_msg({"action": "select", "node": "big", "view": "a", "seq": 1}, [])  # overtaken: ignored
+    m._handle_custom_msg({"action": "select", "node": "out", "view": "a", "seq": 3}, [])  # a sink: no rows
+    m._handle_custom_msg({"action": "select", "node": "nope", "view": "a", "seq": 4}, [])
+    m._handle_custom_msg({"action": "select", "node": "big", "view": "a", "seq": "x"}, [])
+    assert m.selected_node == "orders" and sent == [{"type": "selected", "node": "orders"}]
+    m._handle_custom_msg({"action": "select", "node": "clicks", "view": "b", "seq": 1}, [])  # a reloaded page
+    assert m.selected_node == "clicks"
+    m.reset(DESCRIPTION)  # the monitor's Restart: the kernel's copy of the choice is the user's
+    assert m.selected_node == "clicks"
+
+
 def test_reset_starts_a_new_run_over() -> None:
     m = _monitor()
     m.handle(ev.FlowStarted("orders", query_id="q", sources=["orders"], sinks=["out"], bounded=False, at=0.0))

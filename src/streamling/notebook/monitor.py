@@ -137,6 +137,8 @@ class Monitor(SummarizedWidget):
         #: Spark's progress report per epoch, sent to the front end only when asked for (not synced)
         self._progress: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         self._controller: Callable[[str], None] | None = None
+        #: the front end's last node choice applied: (view, sequence number)
+        self._selected_by: tuple[str, int] = ("", -1)
         #: the ``DisplayHandle`` of the output showing this monitor, updated when the run ends
         self.display_handle: Any = None
 
@@ -211,9 +213,29 @@ class Monitor(SummarizedWidget):
                 progress = self._progress.get(key)
             self.send({"type": "progress", "flow": key[0], "epoch": key[1],
                        "json": json.dumps(json_safe(progress), indent=2) if progress is not None else None})
+        elif action == "select":
+            self._select(content)
         elif action in self.controls and self._controller is not None:
             threading.Thread(target=self._control, args=(str(action),), name=f"streamling-monitor-{action}",
                              daemon=True).start()
+
+    def _select(self, request: dict[str, Any]) -> None:
+        """The node whose in-flight rows the front end shows. It arrives on the control channel, so
+        the kernel knows it while a cell keeps it busy (a Restart then keeps the user's choice); each
+        request is handled in a thread of its own, so a view's choices apply in its order only."""
+        node, view = str(request.get("node", "")), str(request.get("view", ""))
+        try:
+            seq = int(request.get("seq", -1))
+        except (TypeError, ValueError):
+            return
+        with self._lock:
+            last_view, last_seq = self._selected_by
+            stale = view == last_view and seq <= last_seq
+            if stale or node not in {n["name"] for n in self.graph.get("nodes", []) if n["kind"] != "sink"}:
+                return
+            self._selected_by = (view, seq)
+            self.selected_node = node
+        self.send({"type": "selected", "node": node})
 
     def _control(self, action: str) -> None:
         controller = self._controller
