@@ -15,7 +15,7 @@ import yaml
 from streamling.config import load_settings
 from streamling.runtime.nodes import Epoch, NodeContext
 from streamling.sinks.common import arrow_chunks
-from streamling.sinks.print import PrintSink, format_row
+from streamling.sinks.print import PrintSink, format_lines
 from streamling.spec import parse_pipeline
 
 pytestmark = pytest.mark.spark
@@ -53,8 +53,9 @@ def test_print_sink_lines_are_numbered_across_chunks_and_epochs(spark: Any) -> N
     for i, batch in enumerate((first, second)):
         df = spark.createDataFrame(batch, DDL)
         assert sink.write(df, Epoch(epoch_id=i, flow="f0", application_id="test")) == len(batch)
-    every = spark.createDataFrame(first + second, DDL).toArrow().to_pylist()
-    expected = [format_row(n, 3, every[n - 1]) for n in range(3, len(every) + 1, 3)]
+    every = spark.createDataFrame(first + second, DDL).toArrow()
+    numbers = list(range(3, every.num_rows + 1, 3))
+    expected = format_lines(every.take([n - 1 for n in numbers]), numbers, 3)
     assert out.getvalue().splitlines() == expected
     assert sink.count == 25_007
 

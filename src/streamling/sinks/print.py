@@ -2,24 +2,27 @@
 
 ``{n} -> (sample_every={k}) [Insert|Update|Delete] {json}`` where ``n`` counts the rows this sink
 has received since the process started and the JSON keeps the column order (``_gs_op`` included).
+The JSON is encoded from each column's Arrow type as arrow-json encodes it (``arrow_json``), which is
+what Streamling logs: float32 values in their own shortest form, NaN and infinities as ``null``,
+decimals unquoted.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
-import json
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, TextIO
 
 from pydantic import Field
 
 from streamling.runtime.nodes import GS_OP, Epoch, NodeContext, Sink
+from streamling.sinks.arrow_json import encode_rows
 from streamling.sinks.common import arrow_chunks
 from streamling.spec.options import FromNodeOptions
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 OP_NAMES = {"i": "Insert", "u": "Update", "d": "Delete"}
@@ -31,20 +34,17 @@ class PrintSinkOptions(FromNodeOptions):
     num_records_before_stop: int | None = Field(default=None, ge=1)
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
+def format_line(n: int, sample_every: int, op: object, body: str) -> str:
+    """One printed line: ``op`` is the row's ``_gs_op`` (null meaning insert), ``body`` its JSON."""
+    label = OP_NAMES.get(str(op or "i").lower(), "Insert")
+    return f"{n} -> (sample_every={sample_every}) [{label}] {body}"
 
 
-def format_row(n: int, sample_every: int, row: dict[str, Any]) -> str:
-    op = OP_NAMES.get(str(row.get(GS_OP) or "i").lower(), "Insert")
-    body = json.dumps(row, default=_json_default, separators=(",", ":"), ensure_ascii=False)
-    return f"{n} -> (sample_every={sample_every}) [{op}] {body}"
+def format_lines(rows: pa.RecordBatch | pa.Table, numbers: Sequence[int], sample_every: int) -> list[str]:
+    """The lines of ``rows``, numbered ``numbers`` (one per row)."""
+    ops = rows.column(GS_OP).to_pylist() if GS_OP in rows.schema.names else [None] * rows.num_rows
+    return [format_line(n, sample_every, op, body)
+            for n, op, body in zip(numbers, ops, encode_rows(rows), strict=True)]
 
 
 class PrintSink(Sink[PrintSinkOptions]):
@@ -66,15 +66,14 @@ class PrintSink(Sink[PrintSinkOptions]):
             for chunk in arrow_chunks(df):
                 first = self.count
                 if k == 1:
-                    lines = [format_row(first + i + 1, 1, r) for i, r in enumerate(chunk.to_pylist())]
+                    lines = format_lines(chunk, range(first + 1, first + chunk.num_rows + 1), 1)
                 else:
                     picks = [i for i in range(chunk.num_rows) if (first + i + 1) % k == 0]
                     lines = []
                     if picks:
                         import pyarrow as pa
 
-                        rows = chunk.take(pa.array(picks)).to_pylist()
-                        lines = [format_row(first + i + 1, k, r) for i, r in zip(picks, rows, strict=True)]
+                        lines = format_lines(chunk.take(pa.array(picks)), [first + i + 1 for i in picks], k)
                 self.count += chunk.num_rows
                 received += chunk.num_rows
                 if lines:
