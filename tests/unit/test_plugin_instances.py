@@ -1,5 +1,5 @@
 """Executor-side plugin instances kept between epochs: reused after success, closed and dropped after a
-failure, bounded, one version per family."""
+failure, bounded, one version per family, and a sink plugin under the testing kit's SinkRunner."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from streamling.errors import StreamlingError
+from streamling.plugins import PluginEpoch, SinkPlugin
 from streamling.plugins.instances import InstanceCache, close_quietly
+from streamling.plugins.testing import SinkRunner
 
 
 class Thing:
@@ -123,8 +126,48 @@ def test_closing_quietly_logs_a_failing_close(caplog: pytest.LogCaptureFixture) 
     assert "closing Broken failed: OSError: socket gone" in caplog.text
 
 
-class Sink:
-    pass
+class CountingSink(SinkPlugin[Any]):
+    plugin_id = "unittest.counting_sink"
+    made: list[int] = []
+    closed: list[int] = []
+    flushed: list[tuple[int, int]] = []
+    fail_on: set[tuple[int, int]] = set()
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        CountingSink.made.append(ctx.partition)
+
+    def write_batch(self, batch: pa.RecordBatch, epoch: PluginEpoch) -> None:
+        if (epoch.epoch_id, epoch.partition) in self.fail_on:
+            self.fail_on.discard((epoch.epoch_id, epoch.partition))
+            raise ConnectionError("target away")
+
+    def on_epoch_flushed(self, epoch: PluginEpoch) -> None:
+        CountingSink.flushed.append((epoch.epoch_id, epoch.partition))
+
+    def close(self) -> None:
+        if self.ctx.role == "executor":
+            CountingSink.closed.append(self.ctx.partition)
+
+
+def test_the_testing_kit_keeps_a_partitions_sink_instance_across_epochs_and_replaces_a_failed_one() -> None:
+    CountingSink.made, CountingSink.closed, CountingSink.flushed = [], [], []
+    CountingSink.fail_on = {(1, 1)}
+    batch = pa.RecordBatch.from_pydict({"id": [1], "_gs_op": ["i"]})
+    sink = SinkRunner(CountingSink, None, batch.schema)
+    made_by_driver = list(CountingSink.made)
+    assert made_by_driver == [-1]
+    sink.write_epoch([[batch], [batch]])
+    with pytest.raises(StreamlingError) as info:
+        sink.write_epoch([[batch], [batch]])
+    assert info.value.retriable
+    assert CountingSink.closed == [1]  # the failed instance, at once
+    sink.write_epoch([[batch], [batch]], epoch=1)  # the replay: partition 1 gets a fresh instance
+    sink.write_epoch([[batch], [batch]])
+    assert CountingSink.made == [-1, 0, 1, 1]
+    assert CountingSink.flushed == [(0, 0), (0, 1), (1, 0), (1, 0), (1, 1), (2, 0), (2, 1)]
+    sink.close()
+    assert sorted(CountingSink.closed) == [0, 1, 1]
 
 
 def test_a_job_names_the_family_of_its_instances_and_ships_its_run_id() -> None:
@@ -132,10 +175,10 @@ def test_a_job_names_the_family_of_its_instances_and_ships_its_run_id() -> None:
     from streamling.plugins.host import PluginJob
 
     schema = pa.schema([("id", pa.int64())])
-    job = PluginJob(Sink, "unittest.counting_sink", "sink", "out", NoOptions(), input_schema=schema)
+    job = PluginJob(CountingSink, "unittest.counting_sink", "sink", "out", NoOptions(), input_schema=schema)
     shipped = pickle.loads(pickle.dumps(job))
     assert shipped.instance_family(3) == job.instance_family(3) != job.instance_family(4)
-    again = PluginJob(Sink, "unittest.counting_sink", "sink", "out", NoOptions(), input_schema=schema)
+    again = PluginJob(CountingSink, "unittest.counting_sink", "sink", "out", NoOptions(), input_schema=schema)
     assert again.instance_family(3) != job.instance_family(3)  # another run of the node
     job.input_schema = pa.schema([("id", pa.string())])
     assert job.instance_family(3) != shipped.instance_family(3)
