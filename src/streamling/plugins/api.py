@@ -198,8 +198,8 @@ class Plugin(Generic[OptionsM]):
         self.options: OptionsM = ctx.options
 
     def close(self) -> None:  # noqa: B027 - optional hook
-        """Release clients; called when the runtime is done with the instance. A transform's is
-        closed at the end of its partition's epoch, a sink's executor-side instance when it is
+        """Release clients; called when the runtime is done with the instance. A transform's or side
+        output's is closed at the end of its partition's epoch, a sink's executor-side one when it is
         dropped (after a failure, evicted, at worker exit: see ``SinkPlugin``), a driver-side one at
         the end of the run. Nothing that must happen may wait for it: it can be skipped."""
 
