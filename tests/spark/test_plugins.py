@@ -221,3 +221,66 @@ def test_a_partitioned_source_whose_partition_count_changed_under_its_checkpoint
     with pytest.raises(StreamlingError) as info:
         runner.run(pipeline, application_id="repartitioned")
     assert "the checkpoint holds offsets of 3 partition(s), but the source now reads 2" in str(info.value)
+
+
+def _sink_pipeline(directory: Path, extra: str = "") -> str:
+    return f"""
+    sources:
+      counter:
+        type: journal.counter
+        dir: {directory}
+        options: {{rows: 750, batch: 250}}
+    sinks:
+      out:
+        type: journal.files
+        from: counter
+        parallelism: 2
+        dir: {directory}
+        {extra}
+    """
+
+
+def test_a_plugin_sink_keeps_its_instances_across_epochs_in_a_worker_and_a_new_run_gets_new_ones(
+        runner: Runner, tmp_path: Path) -> None:
+    pipeline = _sink_pipeline(tmp_path)
+    run = runner.run(pipeline)
+    assert run.runners[0].failure is None
+    first = _journal(tmp_path)
+    flushed = [e for e in first if e["hook"] == "sink_flushed"]
+    # on_epoch_flushed on every partition's instance, every epoch
+    assert sorted((e["epoch"], e["partition"]) for e in flushed) == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    created = {e["instance"]: e for e in first if e["hook"] == "sink_created" and e["role"] == "executor"}
+    # one construction per partition and worker: the worker's later epochs of the partition reused it
+    assert len({(e["partition"], e["pid"]) for e in created.values()}) == len(created) < len(flushed)
+    for e in flushed:
+        assert (created[e["instance"]]["partition"], created[e["instance"]]["pid"]) == (e["partition"], e["pid"])
+    assert not [e for e in first if e["hook"] == "sink_closed" and e["role"] == "executor"]
+    assert len({e["token"] for e in flushed}) == 1
+
+    # another checkpoint, so another sink token: instances of its own, none of the first run's
+    assert runner.run(pipeline, application_id="second_app").runners[0].failure is None
+    again = [e for e in _journal(tmp_path)[len(first):] if e["hook"] == "sink_flushed"]
+    assert len(again) == 6 and {e["token"] for e in again}.isdisjoint({e["token"] for e in flushed})
+    assert {e["instance"] for e in again}.isdisjoint(created)
+
+
+def test_a_plugin_sink_instance_whose_write_failed_is_closed_and_the_retry_builds_a_fresh_one(
+        runner: Runner, tmp_path: Path) -> None:
+    run = runner.run(_sink_pipeline(tmp_path, "options: {fail_epoch: 1, fail_times: 1}"),
+                     retry={"initial_backoff_ms": 10, "max_backoff_ms": 20, "max_attempts": 5})
+    assert run.runners[0].failure is None
+    assert sorted(r["id"] for r in _written(tmp_path)) == list(range(750))
+    journal = _journal(tmp_path)
+    [failed] = [i for i, e in enumerate(journal) if e["hook"] == "sink_failed"]
+    broken, partition = journal[failed]["instance"], journal[failed]["partition"]
+    # closed at once, and never used again
+    assert [e["hook"] for e in journal[failed + 1:] if e.get("instance") == broken] == ["sink_closed"]
+    retried = [e for e in journal[failed:] if e["hook"] == "sink_flushed" and e["partition"] == partition]
+    assert [e["epoch"] for e in retried] == [1, 2]
+    fresh = retried[0]["instance"]
+    assert fresh != broken
+    # the retry ran either in the failed worker, which built a new instance, or in a worker with one of its own
+    [made] = [i for i, e in enumerate(journal) if e["hook"] == "sink_created" and e["instance"] == fresh]
+    assert made > failed or journal[made]["pid"] != journal[failed]["pid"]
+    assert {(e["epoch"], e["partition"]) for e in journal if e["hook"] == "sink_flushed"} == {
+        (0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)}

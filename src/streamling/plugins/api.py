@@ -13,9 +13,11 @@ Where each hook runs, on Spark:
   query); a replayed epoch after a restart is re-read with ``read_between`` on an executor. The
   epoch hooks run on the driver, on an instance of their own. Offsets are the only state shared
   between these instances: keep in the offset whatever ``on_epoch_finalized`` needs.
-- **TransformPlugin** and **SinkPlugin**: one instance per partition of each epoch, on executors
-  (``parallelism`` sets how many); rows of one primary key are in one partition, in order.
-  ``SinkPlugin.open`` and ``on_epoch_finalized`` run on the driver.
+- **TransformPlugin**: one instance per partition of each epoch, on executors (``parallelism`` sets
+  how many); rows of one primary key are in one partition, in order.
+- **SinkPlugin**: one instance per partition on executors, likewise, kept across epochs: the Spark
+  Python worker that wrote a partition keeps its instance, and its next task for that partition
+  writes with it (see ``SinkPlugin``). ``open`` and ``on_epoch_finalized`` run on the driver.
 
 This module imports neither pyspark nor the runtime: plugin packages import it cheaply.
 """
@@ -196,7 +198,10 @@ class Plugin(Generic[OptionsM]):
         self.options: OptionsM = ctx.options
 
     def close(self) -> None:  # noqa: B027 - optional hook
-        """Release clients; called when the instance is done (end of a partition, end of the run)."""
+        """Release clients; called when the runtime is done with the instance. A transform's or side
+        output's is closed at the end of its partition's epoch, a sink's executor-side one when it is
+        dropped (after a failure, evicted, at worker exit: see ``SinkPlugin``), a driver-side one at
+        the end of the run. Nothing that must happen may wait for it: it can be skipped."""
 
 
 class SourcePlugin(Plugin[OptionsM]):
@@ -291,7 +296,25 @@ class TransformPlugin(Plugin[OptionsM]):
 
 
 class SinkPlugin(Plugin[OptionsM]):
-    """Writes record batches; ``_gs_op`` says whether a row is an insert, update or delete."""
+    """Writes record batches; ``_gs_op`` says whether a row is an insert, update or delete.
+
+    Lifecycle on Spark: ``open`` once on the driver; then, per epoch, each partition's instance on
+    an executor gets ``write_batch`` for each of its batches and ``on_epoch_flushed``; then
+    ``on_epoch_finalized`` on the driver. An executor-side instance lives across epochs: the Python
+    worker keeps it after ``on_epoch_flushed`` returned, and the next epoch's task for the same
+    partition that lands on that worker reuses it (the constructor's connections and clients too);
+    one that lands on another worker gets that worker's instance, or a new one. So keep per-epoch
+    state keyed by ``epoch.epoch_id`` or reset it in ``on_epoch_flushed``, and expect several
+    instances of one partition over a run (one per worker that wrote it).
+
+    An instance is kept for one run of the node with one input schema and one ``sink_token``; it is
+    closed (``close``) and never reused once ``write_batch`` or ``on_epoch_flushed`` raised or its
+    task stopped half-way: a retried or replayed epoch gets a fresh instance. A worker closes the
+    least recently used instances beyond a few, and the rest at exit, best effort (Spark may end a
+    worker without running Python's exit hooks). Durability belongs to ``on_epoch_flushed``, never to
+    ``close``. A replayed epoch keeps its id and partitioning: record ``(epoch_id, partition)`` with
+    what you write to skip it on a replay.
+    """
 
     def open(self) -> None:  # noqa: B027 - optional hook
         """Prepare the target once, before the first epoch (driver): create tables, check access."""

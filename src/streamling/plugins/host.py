@@ -8,7 +8,9 @@ No pyspark here: executors and the testing kit import it.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -49,11 +51,23 @@ class PluginJob(Generic[PluginT]):
     settings: Settings | None = None
     #: the input's Arrow schema (transforms, sinks, side outputs)
     input_schema: pa.Schema | None = None
+    #: this job's own id, shipped with it: a node builds a job per run (and per input schema), so
+    #: executor-side instances kept for one job are never handed to another run, whose options or
+    #: plugin code may differ even under the same checkpoint
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
     def node_kind(self) -> str:
         """How messages name the node's kind: ``basic_plugin.random_source source``."""
         return f"{self.plugin_id} {self.kind.replace('_', ' ')}"
+
+    def instance_family(self, partition: int) -> tuple[str, ...]:
+        """What an executor-side instance of ``partition`` is valid for: plugin, node, this job (its
+        run) and input schema; a worker keeps one instance per family (``plugins.instances``)."""
+        schema = ""
+        if self.input_schema is not None:
+            schema = hashlib.sha256(self.input_schema.serialize().to_pybytes()).hexdigest()[:16]
+        return self.plugin_id, self.node, self.run_id, schema, str(partition)
 
     def create(self, role: str, partition: int = -1, metrics: MetricsRecorder | None = None,
                partitions: int = 1) -> PluginT:

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from streamling.plugins.api import MetricsRecorder, PluginEpoch, SinkPlugin, SourcePlugin, TransformPlugin
 from streamling.plugins.host import GS_OP, PluginJob, PluginT, conform, offset_json
+from streamling.plugins.instances import InstanceCache
 from streamling.plugins.registry import Kind
 
 __all__ = ["SinkRunner", "SourceRunner", "TransformRunner", "with_ops"]
@@ -213,7 +214,10 @@ class TransformRunner:
 
 
 class SinkRunner:
-    """A sink plugin under the runtime's protocol: partitions written, flushed, then finalized."""
+    """A sink plugin under the runtime's protocol: partitions written, flushed, then finalized.
+
+    As in a Spark worker, a partition's instance is kept from epoch to epoch (``instances``) and
+    closed and replaced after a hook of it raised; ``close`` closes them all."""
 
     def __init__(self, cls: type[SinkPlugin[Any]], options: Mapping[str, Any] | BaseModel | None,
                  input_schema: pa.Schema, primary_key: list[str] | None = None, node: str = "sink",
@@ -225,6 +229,8 @@ class SinkRunner:
         self.driver = self._instance("driver", -1)
         self.job.call("open()", self.driver.open)
         self.next_epoch = 0
+        #: the executor-side instances kept between epochs, one per partition
+        self.instances: InstanceCache[SinkPlugin[Any]] = InstanceCache(capacity=1 << 16, close=self._close)
 
     def _instance(self, role: str, partition: int) -> SinkPlugin[Any]:
         return self.job.create(role, partition, metrics=self.metrics)
@@ -236,17 +242,15 @@ class SinkRunner:
         self.next_epoch = max(self.next_epoch, epoch_id + 1)
         rows = 0
         for partition, batches in enumerate(partitions):
-            plugin = self._instance("executor", partition)
             at = PluginEpoch(epoch_id, partition=partition, sink_token=self.sink_token)
-            try:
+            with self.instances.lease(self.job.instance_family(partition), self.sink_token,
+                                      functools.partial(self._instance, "executor", partition)) as plugin:
                 for batch in batches:
                     if batch.num_rows:
                         self.job.call("write_batch()", functools.partial(plugin.write_batch, with_ops(batch), at))
                         rows += batch.num_rows
                 self.job.call("on_epoch_flushed()", functools.partial(plugin.on_epoch_flushed, at))
                 self.calls.append(("flushed", epoch_id, partition))
-            finally:
-                self.job.call("close()", plugin.close)
         if finalize:
             self.finalize(epoch_id)
         return rows
@@ -256,5 +260,11 @@ class SinkRunner:
         self.job.call("on_epoch_finalized()", lambda: self.driver.on_epoch_finalized(at))
         self.calls.append(("finalized", epoch, -1))
 
+    def _close(self, plugin: SinkPlugin[Any]) -> None:
+        self.calls.append(("closed", -1, plugin.ctx.partition))
+        self.job.call("close()", plugin.close)
+
     def close(self) -> None:
+        """Close the partitions' instances, then the driver's."""
+        self.instances.close_all()
         self.job.call("close()", self.driver.close)

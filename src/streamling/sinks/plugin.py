@@ -6,6 +6,12 @@ then ``on_epoch_flushed``; the epoch counts as written once every partition retu
 does the flow let Spark commit it. A replayed epoch keeps its id and partitioning, so a plugin that
 records ``(epoch_id, partition)`` with its writes can skip what it already wrote. ``open`` and
 ``on_epoch_finalized`` run on a driver-side instance.
+
+Executor-side instances live across epochs: the Python worker that wrote a partition keeps its
+instance (``plugins.instances.EXECUTOR_SINKS``, keyed by the node's job, the partition and the
+epoch's sink token), and the next epoch's task for that partition in that worker writes with it
+instead of constructing another. An instance whose ``write_batch`` or ``on_epoch_flushed`` raised
+(or whose task stopped half-way) is closed and never reused: the retry or replay gets a fresh one.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from streamling.plugins.api import PluginEpoch, SinkPlugin
 from streamling.plugins.host import PluginJob, node_job
+from streamling.plugins.instances import EXECUTOR_SINKS
 from streamling.runtime.nodes import Epoch, NodeContext, Sink
 from streamling.spec.nodes import PluginNodeOptions
 
@@ -30,16 +37,16 @@ def _write(job: PluginJob, epoch: Epoch, batches: Iterator[pa.RecordBatch]) -> I
     task = TaskContext.get()
     partition = task.partitionId() if task else -1
     at = PluginEpoch(epoch.epoch_id, partition=partition, sink_token=epoch.sink_token)
-    plugin: Any = job.create("executor", partition)
     rows = 0
-    try:
+    # kept for this worker's next epoch of the partition only once the epoch is flushed; closed
+    # and dropped when anything before that raises
+    with EXECUTOR_SINKS.lease(job.instance_family(partition), epoch.sink_token,
+                              lambda: job.create("executor", partition)) as plugin:
         for batch in batches:
             if batch.num_rows:
                 job.on_executor("write_batch()", lambda b=batch: plugin.write_batch(b, at))
                 rows += batch.num_rows
         job.on_executor("on_epoch_flushed()", lambda: plugin.on_epoch_flushed(at))
-    finally:
-        job.on_executor("close()", plugin.close)
     yield pa.RecordBatch.from_pydict({"rows": pa.array([rows], pa.int64())})
 
 
