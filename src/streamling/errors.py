@@ -143,12 +143,21 @@ def chain_text(exc: BaseException | None) -> str:
         if not isinstance(current, BaseException) or id(current) in seen:
             continue
         seen.add(id(current))
-        parts.append(str(current))
+        parts.append(_text(current))
         trace = getattr(current, "_stackTrace", None)
         if isinstance(trace, str):
             parts.append(trace)
         todo.extend([current.__cause__, current.__context__, getattr(current, "_cause", None)])
     return "\n".join(parts)
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, which for a py4j error asks the JVM: once the gateway is gone (a stop, a dead
+    JVM) that raises, and the error path must not crash on top of the error it reports."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - any failure to render is replaced by the type and args
+        return f"{type(exc).__name__}{exc.args!r}"
 
 
 def java_message(exc: BaseException) -> str:

@@ -134,8 +134,9 @@ def test_missing_pipeline_file_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_sigterm_to_the_process_group_finishes_the_epoch_and_exits_zero(tmp_path: Path) -> None:
-    """As systemd, ``timeout`` and shells do, the signal goes to the whole group (``setsid`` + ``kill
-    -TERM -- -PGID``): the driver JVM, in a session of its own, keeps running while the epoch drains."""
+    """As ``timeout`` and shells do, the signal goes to the whole group (``setsid`` + ``kill -TERM --
+    -PGID``), and as systemd does by default to the JVM as well: the driver JVM, in a session of its
+    own and started with SIGTERM ignored, keeps running while the epoch drains."""
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text("sources:\n  s: {type: generate, rows_per_second: 2000, rows_per_batch: 1000}\n"
                         f"sinks:\n  lake: {{type: delta, from: s, path: \"{tmp_path / 'lake'}\"}}\n")
@@ -158,7 +159,12 @@ def test_sigterm_to_the_process_group_finishes_the_epoch_and_exits_zero(tmp_path
     [ui] = [line.rsplit(" on ", 1)[1].strip() for line in seen if "Spark UI (Structured Streaming tab) on" in line]
     assert httpx.get(f"{ui}/StreamingQuery/", timeout=10, follow_redirects=True).status_code == 200
     assert httpx.get(f"http://127.0.0.1:{admin}/health/ready", timeout=10).json()["status"] == "running"
+    # systemd's default stop (KillMode=control-group) signals every process of the unit: the JVM too
+    jvms = subprocess.run(["pgrep", "-P", str(proc.pid), "java"], capture_output=True, text=True).stdout.split()
+    assert jvms, "the driver JVM is not a child of the command"
     os.killpg(proc.pid, signal.SIGTERM)
+    for jvm in jvms:
+        os.kill(int(jvm), signal.SIGTERM)
     rest = proc.communicate(timeout=120)[1]
     assert proc.returncode == 0, rest[-3000:]
     assert "received SIGTERM" in rest

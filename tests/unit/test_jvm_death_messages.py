@@ -52,3 +52,22 @@ def test_a_stream_threads_overflow_trace_is_left_out_of_stderr_and_the_rest_kept
     out, dropping = visible([frames[2], "25/11/25 ERROR Bar: after", "\tat x.y(Z.java:1)"], dropping)
     assert out == ["25/11/25 ERROR Bar: after", "\tat x.y(Z.java:1)"] and not dropping
     assert visible(["Setting default log level to \"WARN\"."], False) == ([], False)
+
+
+def test_an_error_whose_text_needs_a_gone_jvm_is_still_reported() -> None:
+    """A py4j error renders itself by asking the JVM: after a stop the gateway is gone and ``str``
+    raises. The error path names it by type and arguments instead of crashing on top of it."""
+    from streamling.errors import chain_text
+
+    class GatewayGone(Exception):
+        def __str__(self) -> str:
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    try:
+        try:
+            raise GatewayGone("o42.awaitTermination")
+        except GatewayGone as inner:
+            raise RuntimeError("the query stopped") from inner
+    except RuntimeError as outer:
+        text = chain_text(outer)
+    assert text.splitlines() == ["the query stopped", "GatewayGone('o42.awaitTermination',)"]

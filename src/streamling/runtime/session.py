@@ -5,9 +5,11 @@ cluster application waits idle, claims its executors and warms them up.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
+import signal
 import sys
 import threading
 import weakref
@@ -379,23 +381,42 @@ def _local_jar(entry: str) -> Path | None:
 
 
 def _own_session_gateway(builder: Any) -> None:
-    """Launch the driver JVM as PySpark would, but in a session of its own.
+    """Launch the driver JVM as PySpark would, but deaf to the stop signals meant for this process.
 
-    ``systemd`` (by default), ``timeout``, shells and container runtimes signal a whole process
-    group: a SIGTERM meant to make the driver finish its epoch would also reach a JVM in the driver's
-    group and stop Spark under it mid-epoch. In its own session the JVM only hears from us; it still
-    ends with this process (PySpark's gateway exits when its stdin closes), and SIGINT is ignored by
-    it as PySpark arranges."""
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
+    ``timeout``, shells and container runtimes signal a whole process group, and systemd's default
+    ``KillMode=control-group`` every process of the unit: a SIGTERM meant to make the driver finish
+    its epoch would also stop the JVM under it mid-epoch. So the JVM runs in a session of its own
+    (out of the group) and starts with SIGTERM ignored (HotSpot installs no shutdown handler for a
+    signal ignored at start, as ``nohup`` relies on for SIGHUP; PySpark already does so for SIGINT).
+    It still ends with this process: PySpark's gateway exits when its stdin closes."""
+    from pyspark import SparkConf, SparkContext, java_gateway
 
     with SparkContext._lock:
         if SparkContext._gateway is None:
             conf = SparkConf(loadDefaults=False)
             for key, value in builder._options.items():
                 conf.set(key, value)
-            SparkContext._gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+            module: Any = java_gateway
+            popen = module.Popen
+            # launch_gateway sets its own preexec_fn (SIGINT ignored): SIGTERM is added to it
+            module.Popen = functools.partial(_popen_ignoring_sigterm, popen)
+            try:
+                SparkContext._gateway = module.launch_gateway(conf, popen_kwargs={"start_new_session": True})
+            finally:
+                module.Popen = popen
             SparkContext._jvm = SparkContext._gateway.jvm
+
+
+def _popen_ignoring_sigterm(popen: Any, *args: Any, **kwargs: Any) -> Any:
+    inner = kwargs.get("preexec_fn")
+
+    def preexec() -> None:
+        if inner is not None:
+            inner()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    kwargs["preexec_fn"] = preexec
+    return popen(*args, **kwargs)
 
 
 def jvm_process_group() -> int | None:
