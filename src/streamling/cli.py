@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="plan and resolve schemas without touching sinks")
     p.add_argument("--validate", action="store_true", help="check the pipeline; print one JSON result")
     p.add_argument("--debug", action="store_true", help="show full causes (incl. Java traces) on errors")
+    p.add_argument("--master", default=None, metavar="URL",
+                   help="Spark master, e.g. spark://host:7077 (over spark.master of config and environment)")
     p.add_argument("--version", action="version", version=f"streamling {__version__}")
     return p
 
@@ -40,7 +42,7 @@ def _load(args: argparse.Namespace) -> tuple[Settings, Any]:
     from streamling.plugins.host import check_configured_plugins, preprocess
     from streamling.spec import load_pipeline
 
-    settings = load_settings(args.config)
+    settings = load_settings(args.config, overrides={"spark": {"master": args.master}} if args.master else None)
     load_plugins(settings.plugin.path)
     check_configured_plugins(settings)
     path = args.pipeline or settings.pipeline_definition_location

@@ -62,11 +62,11 @@ def test_local_storage_replaces_files_atomically(tmp_path: Path) -> None:
 
 
 def _validate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-              config: str, pipeline: str = PIPELINE) -> dict[str, object]:
+              config: str, pipeline: str = PIPELINE, *flags: str) -> dict[str, object]:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pipeline.yaml").write_text(pipeline)
     (tmp_path / "config.yaml").write_text(config)
-    code = cli.main(["pipeline.yaml", "--validate"])
+    code = cli.main(["pipeline.yaml", "--validate", *flags])
     result = json.loads(capsys.readouterr().out)
     assert code == (0 if result["is_valid"] else 1)
     return result
@@ -89,6 +89,15 @@ def test_validate_refuses_paths_each_host_would_resolve_on_its_own_disk(
     assert "use state_backend.backend_type: Postgres on a cluster" in text
     # shared storage and an explicit shared mount are fine
     assert "'shared'" not in text and "'mounted'" not in text
+
+
+def test_the_master_flag_is_the_master_every_check_sees(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("STREAMLING__SPARK__MASTER", "local[2]")
+    result = _validate(tmp_path, monkeypatch, capsys, "spark: {master: 'local[1]'}\n", PIPELINE, "--master", CLUSTER)
+    text = "\n".join(map(str, result["errors"]))  # type: ignore[call-overload]
+    assert result["is_valid"] is False, result
+    assert f"on the cluster at {CLUSTER}" in text and "delta sink 'lake': path './lake' is a relative path" in text
 
 
 def test_validate_refuses_a_table_on_the_driver_disk_but_only_warns_for_checkpoints(
