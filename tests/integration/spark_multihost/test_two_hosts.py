@@ -169,8 +169,9 @@ def test_workers_without_the_drivers_python_fail_the_first_task_naming_both_vers
     # Executors find no python3.11 on this PATH (their Java is started by absolute path).
     env = {**_cli_env(two_hosts, unique_name, f"{hdfs}/tests/{unique_name}/state"),
            "STREAMLING__SPARK__CONF__spark.executorEnv.PATH": "/nonexistent"}
-    proc = subprocess.run([str(Path(sys.executable).with_name("streamling")), str(pipeline)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    master = env.pop("STREAMLING__SPARK__MASTER")  # given as the flag a user would type instead
+    proc = subprocess.run([str(Path(sys.executable).with_name("streamling")), "--master", master, str(pipeline)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
     error = [line for line in proc.stderr.splitlines() if " ERROR " in line]
