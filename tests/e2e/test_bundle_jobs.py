@@ -83,7 +83,7 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
     """))
     (root / "jobs" / "count.py").write_text(textwrap.dedent("""
         import sys
-        from streamling.notebook.dbutils import dbutils
+        from databricks.sdk.runtime import dbutils  # as written for Databricks
         dbutils.jobs.taskValues.set("rows", int(sys.argv[1]))
     """))
     (root / "jobs" / "items.py").write_text(textwrap.dedent("""
@@ -507,7 +507,7 @@ def test_a_wheel_built_from_artifacts_runs_with_its_pypi_dependency(tmp_path: Pa
     (package / "greeter.py").write_text(textwrap.dedent("""
         import argparse, json, sys
         import humanize  # from the job environment's dependencies, not streamling's own environment
-        from streamling.notebook.dbutils import dbutils
+        from databricks.sdk.runtime import dbutils
 
         def main():
             parser = argparse.ArgumentParser()

@@ -189,3 +189,21 @@ def test_in_a_notebook_the_widgets_are_input_controls_whose_values_the_next_get_
     assert w.getAll() == {"topic": "payments", "region": "ap", "kinds": "a,c"}
     env[PARAMETERS_ENV] = json.dumps({"topic": "from-the-job"})  # a job parameter still wins
     assert w.get("topic") == "from-the-job"
+
+
+def test_a_task_written_for_databricks_imports_our_dbutils_and_gets_spark_only_when_it_asks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from streamling.notebook import dbutils as ours
+
+    for name in ("databricks", "databricks.sdk", "databricks.sdk.runtime"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    ours.provide_databricks_runtime()
+    from databricks.sdk.runtime import dbutils, getArgument  # type: ignore[import-not-found]
+
+    assert dbutils is ours.dbutils and getArgument == ours.dbutils.widgets.getArgument
+    runtime = sys.modules["databricks.sdk.runtime"]
+    assert "spark" not in vars(runtime)  # no JVM until the code asks for the session
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        _ = runtime.nothing

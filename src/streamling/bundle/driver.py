@@ -76,6 +76,10 @@ def run_task(root: Path, version: int, job_key: str, task_key: str, params: dict
     if task["kind"] == "spark_python" or (task["kind"] == "python_wheel" and task.get("package_name") != "streamling"):
         # The task's own SparkSession.builder.getOrCreate() gets the target's master and Spark settings.
         os.environ["PYSPARK_SUBMIT_ARGS"] = _submit_args(config)
+    if task["kind"] in ("spark_python", "python_wheel"):
+        from streamling.notebook.dbutils import provide_databricks_runtime
+
+        provide_databricks_runtime()  # code written for Databricks imports dbutils and spark from there
     if task["kind"] == "spark_python":
         return _python_file(files / task["python_file"], arguments)
     if task["kind"] == "python_wheel" and task.get("package_name") != "streamling":

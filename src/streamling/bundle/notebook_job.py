@@ -129,7 +129,7 @@ class NotebookJob:
         from IPython.core.interactiveshell import InteractiveShell
 
         from streamling.notebook.cells import PipelineError
-        from streamling.notebook.dbutils import dbutils
+        from streamling.notebook.dbutils import dbutils, provide_databricks_runtime
         from streamling.notebook.magics import show_pipeline_error
         from streamling.notebook.session import NotebookPipeline
         from streamling.runtime.session import build_session
@@ -160,7 +160,7 @@ class NotebookJob:
 
         shell.set_custom_exc((PipelineError, NotebookExit, _Stopped), quiet)
         dbutils.notebook.runner = self.run_notebook
-        _provide_databricks_runtime(namespace)
+        provide_databricks_runtime(namespace)
 
     def _cells(self, cells: list[Cell], name: str, folder: Path, depth: int) -> None:
         for cell in cells:
@@ -480,24 +480,6 @@ def _deadline(timeout_seconds: float, what: str) -> threading.Timer | None:
     timer.daemon = True
     timer.start()
     return timer
-
-
-def _provide_databricks_runtime(namespace: dict[str, Any]) -> None:
-    """``from databricks.sdk.runtime import dbutils, spark, display`` in the notebook's code gets ours,
-    unless the Databricks SDK itself is installed (then its own module is what the code asked for)."""
-    try:
-        import databricks.sdk.runtime  # noqa: F401
-        return
-    except ImportError:
-        pass
-    for name in ("databricks", "databricks.sdk"):
-        if name not in sys.modules:
-            module = types.ModuleType(name)
-            module.__path__ = []
-            sys.modules[name] = module
-    runtime = types.ModuleType("databricks.sdk.runtime", "streamling's stand-in for Databricks' runtime objects")
-    runtime.__dict__.update(namespace)
-    sys.modules["databricks.sdk.runtime"] = runtime
 
 
 __all__ = ["CellFailed", "NotebookJob", "bind_parameters", "split_sql"]

@@ -367,7 +367,8 @@ class Jobs:
 class DBUtils:
     """The part of Databricks' ``dbutils`` a streamling notebook or job task uses outside Databricks.
 
-    A Python file task gets it with ``from streamling.notebook.dbutils import dbutils``."""
+    A Python file or wheel task gets it as on Databricks, ``from databricks.sdk.runtime import
+    dbutils`` (``provide_databricks_runtime``), or with ``from streamling.notebook.dbutils import dbutils``."""
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         from streamling.secrets import Secrets
@@ -385,3 +386,51 @@ class DBUtils:
 
 #: The notebook's ``dbutils`` when the kernel has none (see ``load_ipython_extension``).
 dbutils = DBUtils()
+
+
+def provide_databricks_runtime(namespace: Mapping[str, Any] | None = None) -> None:
+    """Make ``from databricks.sdk.runtime import dbutils, spark, display`` in a job's code get ours,
+    unless the Databricks SDK itself is installed (then its own module is what the code asked for).
+
+    ``namespace`` holds the objects a notebook already has; a Python file or wheel task has none, so
+    ``spark`` (and ``sc``, ``sql``, ``table``) is the session its own ``SparkSession.builder`` would
+    get, made on first use: code that never asks for it starts no JVM."""
+    import sys
+    import types
+
+    try:
+        import databricks.sdk.runtime  # noqa: F401
+        return
+    except ImportError:
+        pass
+    for name in ("databricks", "databricks.sdk"):
+        if name not in sys.modules:
+            module = types.ModuleType(name)
+            module.__path__ = []
+            sys.modules[name] = module
+    runtime = types.ModuleType("databricks.sdk.runtime", "streamling's stand-in for Databricks' runtime objects")
+    objects: dict[str, Any] = {"dbutils": dbutils, "getArgument": dbutils.widgets.getArgument,
+                               "display": _display, "displayHTML": print, **(namespace or {})}
+    runtime.__dict__.update(objects)
+
+    def lazy(name: str) -> Any:
+        if name not in ("spark", "sc", "sql", "table"):
+            raise AttributeError(f"module 'databricks.sdk.runtime' has no attribute '{name}'")
+        if "spark" not in runtime.__dict__:
+            from pyspark.sql import SparkSession
+
+            spark = SparkSession.builder.getOrCreate()
+            runtime.__dict__.update(spark=spark, sc=spark.sparkContext, sql=spark.sql, table=spark.table)
+        return runtime.__dict__[name]
+
+    runtime.__getattr__ = lazy  # type: ignore[method-assign]
+    sys.modules["databricks.sdk.runtime"] = runtime
+
+
+def _display(obj: Any, *args: Any, **kwargs: Any) -> None:
+    """``display`` outside a notebook: a DataFrame's rows as ``show`` prints them, anything else as text."""
+    show = getattr(obj, "show", None)
+    if callable(show):
+        show(truncate=False)
+    else:
+        print(obj)
