@@ -1,15 +1,16 @@
 """``resources.pipelines``: declarative pipelines run by Apache Spark's ``pyspark.pipelines``.
 
-A Lakeflow (Databricks) pipeline is defined by its source files; what only Databricks has (the ``dlt`` module,
-continuous mode, jar libraries) fails here with what to write instead, and so does a location for its tables and
-checkpoints that the hosts of the target's Spark master do not all reach. A job's ``pipeline_task`` must name
-one of these pipelines.
+A Lakeflow (Databricks) pipeline is defined by its source files; what only Databricks has (the ``dlt``
+module, expectations, AUTO CDC in SQL, continuous mode, jar libraries) fails here with what to write
+instead, and so does a location for its tables and checkpoints that the hosts of the target's Spark
+master do not all reach. A job's ``pipeline_task`` must name one of these pipelines.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from streamling.bundle.model import Job, Pipeline, pipeline_locations
@@ -62,13 +63,10 @@ class PipelineBuilder(ValueReader):
                 continue
             if not self.inside(at, resolved, "pipeline library"):
                 continue
-            files = sorted(resolved.rglob("*.py")) if resolved.is_dir() else [resolved]
+            files = sorted([*resolved.rglob("*.py"), *resolved.rglob("*.sql")]) if resolved.is_dir() else [resolved]
             for file in files:
-                if re.search(r"^\s*(import\s+dlt\b|from\s+dlt\s+import)", file.read_text(errors="replace"), re.M):
-                    self.add(at, f"{relative(file, self.ctx.root)} uses Databricks' dlt module, which only Databricks "
-                             "has", hint="write it with Spark's declarative pipelines: from pyspark import pipelines "
-                             "as dp (@dp.materialized_view, @dp.table, dp.create_streaming_table); expectations "
-                             "(dlt.expect*) have no equivalent there", code="bundle_unsupported")
+                for issue, fix in _databricks_only(file):
+                    self.add(at, f"{relative(file, self.ctx.root)} {issue}", hint=fix, code="bundle_unsupported")
             libraries.append(str(resolved) + ("/**" if resolved.is_dir() else ""))
         if not as_list(spec.get("libraries")):
             self.add(path, "no libraries: a pipeline is defined by its source files",
@@ -111,3 +109,30 @@ class PipelineBuilder(ValueReader):
                     self.ctx.add(where, problem, hint=_STORAGE_HINT.format(key=pipeline.key), node=task.key,
                                  node_kind="task", code="cluster_path")
 
+
+#: What only Databricks' pipelines run, by the kind of library file: pattern, problem, the fix. Spark's
+#: declarative pipelines would fail on each at run time (an unknown module, a SQL parse error).
+_DATABRICKS_ONLY: dict[str, list[tuple[str, str, str]]] = {
+    ".py": [(r"^\s*(import\s+dlt\b|from\s+dlt\s+import)", "uses Databricks' dlt module, which only Databricks has",
+             "write it with Spark's declarative pipelines: from pyspark import pipelines as dp "
+             "(@dp.materialized_view, @dp.table, dp.create_streaming_table); expectations (dlt.expect*) "
+             "have no equivalent there")],
+    ".sql": [(r"\bCONSTRAINT\s+\S+\s+EXPECT\b", "declares an expectation (CONSTRAINT … EXPECT), which only "
+              "Databricks' pipelines have", "Spark's declarative pipelines have no expectations: filter the rows "
+              "in the query (WHERE) or check them in a later task"),
+             (r"\b(AUTO\s+CDC|APPLY\s+CHANGES)\s+INTO\b", "uses AUTO CDC / APPLY CHANGES INTO, which Spark's "
+              "pipeline SQL does not have", "write the change flow in a Python library file with "
+              "dp.create_auto_cdc_flow, or apply the changes with MERGE INTO in a task")],
+}
+
+
+def _databricks_only(file: Path) -> list[tuple[str, str]]:
+    """What ``file`` uses that only Databricks runs: (problem, hint) pairs, SQL comments ignored."""
+    rules = _DATABRICKS_ONLY.get(file.suffix.lower(), [])
+    if not rules:
+        return []
+    text = file.read_text(errors="replace")
+    if file.suffix.lower() == ".sql":
+        text = re.sub(r"--[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
+    flags = re.M if file.suffix.lower() == ".py" else re.I
+    return [(problem, hint) for pattern, problem, hint in rules if re.search(pattern, text, flags)]
