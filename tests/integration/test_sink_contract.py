@@ -1,12 +1,13 @@
-"""The sink contract: one test body that every sink keeping rows by key passes, on its real target.
+"""The sink contract: one test body that every sink writing to a real target passes (the replay body:
+every sink keeping rows by key).
 
 - a replayed epoch (Spark runs an uncommitted epoch again with the same id) leaves the target as the
   first run left it, and ``_gs_op`` updates and deletes apply;
 - an unreachable target is transient: the flow's write (``flow.write_epoch``: the only place that
   retries) makes every attempt of its policy, and the error names the sink;
 - a terminal failure (a refused login, a path that cannot be a table) is tried once, names the sink
-  and never shows the secret. The flow then fails the epoch, so it is not committed (shown once for
-  all sinks in ``tests/spark/test_epochs.py``).
+  and never shows the secret; a refused login points at the credentials, not the data. The flow
+  then fails the epoch, so it is not committed (shown once for all sinks in ``tests/spark/test_epochs.py``).
 
 The rows are read back through the sink's own ``read_back`` reader, what ``display`` shows. A sink
 joins by adding a ``Target`` to ``TARGETS``: what it is configured with, and what makes it fail.
@@ -51,6 +52,8 @@ class Target:
     terminal: Callable[[Path], tuple[dict[str, str], dict[str, Any]]] | None = None
     #: the secret of its settings, which no error may show
     secret_key: str = ""
+    #: whether its target holds the written rows by key (an aggregate holds their totals)
+    keeps_rows: bool = True
 
 
 def _delta_on_a_file(where: Path) -> tuple[dict[str, str], dict[str, Any]]:
@@ -69,8 +72,15 @@ TARGETS = [
            terminal=lambda _: ({"STREAMLING__CLICKHOUSE_SINK__PASSWORD": "not-the-password"}, {}),
            secret_key="STREAMLING__CLICKHOUSE_SINK__PASSWORD"),
     Target("delta", lambda table, where: {"type": "delta", "path": str(where / table)}, terminal=_delta_on_a_file),
+    Target("postgres_aggregate", lambda table, _: {"type": "postgres_aggregate", "landing_table": f"{table}_landing",
+                                                   "agg_table": table, "group_by": {"name": {}},
+                                                   "aggregate": {"n": {"fn": "count"}}}, "pg_environ",
+           unreachable=lambda: {"STREAMLING__POSTGRES_SINK__PORT": str(free_port())},
+           terminal=lambda _: ({"STREAMLING__POSTGRES_SINK__PASS": "not-the-password"}, {}),
+           secret_key="STREAMLING__POSTGRES_SINK__PASS", keeps_rows=False),
 ]
-MARKS = {"postgres": [pytest.mark.postgres], "clickhouse": [pytest.mark.clickhouse], "delta": []}
+MARKS = {"postgres": [pytest.mark.postgres], "clickhouse": [pytest.mark.clickhouse], "delta": [],
+         "postgres_aggregate": [pytest.mark.postgres]}
 
 
 def _params(has: Callable[[Target], object]) -> list[Any]:
@@ -139,7 +149,7 @@ def sinks(request: pytest.FixtureRequest, spark: Any, tmp_path: Path, unique_nam
     made.close()
 
 
-@pytest.mark.parametrize("sinks", _params(lambda t: True), indirect=True)
+@pytest.mark.parametrize("sinks", _params(lambda t: t.keeps_rows), indirect=True)
 def test_a_replayed_epoch_changes_nothing_and_updates_and_deletes_apply(sinks: Sinks) -> None:
     sink = sinks.make()
     sinks.write(sink, [(1, "a", 1.0, "i"), (2, "b", 2.0, "i"), (3, "c", 3.0, "i")], epoch=0)
@@ -178,5 +188,8 @@ def test_a_terminal_failure_is_tried_once_and_shows_no_secret(sinks: Sinks) -> N
     text = info.value.describe(debug=True)
     assert not info.value.retriable and info.value.node == "out", text
     assert str(info.value).startswith(f"{sinks.target.name} sink 'out': "), text
+    if environ:  # a refused login names the keys to fix, not the data
+        hint = (info.value.hint or "").lower()
+        assert "user" in hint and "pass" in hint and "fix the table" not in text, text
     for secret in {environ.get(sinks.target.secret_key), sinks.environ.get(sinks.target.secret_key)} - {None, ""}:
         assert secret not in text

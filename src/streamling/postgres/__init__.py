@@ -9,6 +9,7 @@ column types and the fit of an existing table are ``streamling.postgres.columns`
 
 from streamling.errors import first_line  # the one helper; callers here import it from this package
 from streamling.postgres.errors import (
+    SINK_LOGIN_HINT,
     StatementBoundExceeded,
     is_authentication_failure,
     is_transient,
@@ -24,6 +25,7 @@ from streamling.postgres.pool import (
 )
 
 __all__ = [
+    "SINK_LOGIN_HINT",
     "PoolSettings",
     "PostgresPool",
     "StatementBoundExceeded",

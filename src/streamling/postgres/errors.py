@@ -50,6 +50,12 @@ def is_transient(exc: BaseException) -> bool:
     return is_retriable(exc)
 
 
+#: What a sink says when Postgres refuses its login: the keys to fix (the main and the aggregate sink
+#: read the same connection settings).
+SINK_LOGIN_HINT = ("check postgres_sink.user/pass (STREAMLING__POSTGRES_SINK__PASS, or "
+                   "STREAMLING__POSTGRES_SINK_CONNECTIONS__<SINK>__PASS for this sink); this error is not retried")
+
+
 def is_authentication_failure(exc: BaseException) -> bool:
     """True when Postgres refused the login itself: the fix is the credentials, not the data."""
     state = getattr(exc, "sqlstate", None)

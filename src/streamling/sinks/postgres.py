@@ -432,14 +432,14 @@ class PostgresSink(Sink[PostgresSinkOptions]):
 
     def _classified_error(self, kind: str, sqlstate: str | None, detail: str, what: str) -> StreamlingError:
         """The sink's error for a failure classified by ``classify`` (on the driver or in a writer)."""
+        from streamling.postgres import SINK_LOGIN_HINT
+
         prefix = f"SQLSTATE {sqlstate}: " if sqlstate else ""
         if kind == "auth":
             return self._error(
                 f"Postgres at {self.target} refused the login of user '{self.conn_settings.user}' ({what}): "
                 f"{prefix}{detail}",
-                code="postgres_auth",
-                hint="check postgres_sink.user/pass (STREAMLING__POSTGRES_SINK__PASS, or "
-                     "STREAMLING__POSTGRES_SINK_CONNECTIONS__<SINK>__PASS for this sink); this error is not retried")
+                code="postgres_auth", hint=SINK_LOGIN_HINT)
         if kind == "transient":
             return self._error(
                 f"cannot write to Postgres at {self.target} ({what}): {prefix}{detail}",

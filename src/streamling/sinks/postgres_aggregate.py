@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
+from psycopg import sql
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from streamling.errors import StreamlingError
@@ -89,8 +91,16 @@ class PostgresAggregateSinkOptions(FromNodeOptions):
         return value
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+def _q(name: str) -> sql.Identifier:
+    return sql.Identifier(name)
+
+
+def _list(parts: Iterable[sql.Composable]) -> sql.Composed:
+    return sql.SQL(", ").join(parts)
+
+
+def _names(names: Iterable[str]) -> sql.Composed:
+    return _list(sql.Identifier(n) for n in names)
 
 
 class PostgresAggregateSink(Sink[PostgresAggregateSinkOptions]):
@@ -100,12 +110,14 @@ class PostgresAggregateSink(Sink[PostgresAggregateSinkOptions]):
         super().__init__(ctx)
         self.conn_settings = ctx.settings.postgres_connection_for(ctx.name)
         self.target = f"{self.conn_settings.host}:{self.conn_settings.port}/{self.conn_settings.db}"
-        self.schema = _q(self.options.schema_)
-        self.landing = f"{self.schema}.{_q(self.options.landing_table)}"
-        self.agg = f"{self.schema}.{_q(self.options.agg_table)}"
+        schema = self.options.schema_
+        self.schema = sql.Identifier(schema)
+        self.landing = sql.Identifier(schema, self.options.landing_table)
+        self.agg = sql.Identifier(schema, self.options.agg_table)
         stem = f"{self.options.landing_table}_to_{self.options.agg_table}"
-        self.function = f"{self.schema}.{_q(stem + '_fn')}"
-        self.trigger = _q(stem + "_trigger")
+        self.function = sql.Identifier(schema, stem + "_fn")
+        self.trigger = sql.Identifier(stem + "_trigger")
+
         self._pool: PostgresPool | None = None
         self._columns: list[tuple[str, str]] | None = None  # landing data columns and Postgres types
 
@@ -140,68 +152,81 @@ class PostgresAggregateSink(Sink[PostgresAggregateSinkOptions]):
                                  hint="select them upstream, or fix primary_key / group_by / aggregate 'from'")
         return out
 
-    def ddl(self, schema: StructType) -> list[str]:
-        """Every statement that prepares the tables, the function and the trigger."""
+    def ddl(self, schema: StructType) -> list[sql.Composed]:
+        """Every statement that prepares the tables, the function and the trigger. Names are
+        identifiers (psycopg quotes them); the column types are Postgres type names, the user's own
+        for ``type`` (e.g. ``numeric(30,5)``)."""
         columns = self._landing_columns(schema)
         types = dict(columns)
         key = list(self.ctx.primary_key)
-        landing = ", ".join(f"{_q(n)} {t}" for n, t in columns)
+        op = _q(GS_OP)
         stmts = [
-            f"CREATE SCHEMA IF NOT EXISTS {self.schema}",
-            f"CREATE TABLE IF NOT EXISTS {self.landing} ({landing}, {_q(GS_OP)} TEXT NOT NULL, "
-            f"{_q(EPOCH_COL)} BIGINT NOT NULL, PRIMARY KEY ({', '.join(_q(k) for k in [*key, GS_OP])}))",
+            sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(self.schema),
+            sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, {} TEXT NOT NULL, {} BIGINT NOT NULL, PRIMARY KEY ({}))")
+            .format(self.landing, _list(sql.SQL("{} {}").format(_q(n), sql.SQL(t)) for n, t in columns), op,
+                    _q(EPOCH_COL), _names([*key, GS_OP])),
         ]
         groups = self.options.group_by or {}
-        group_cols = [(name, g.type or types[g.from_ or name], _q(g.from_ or name)) for name, g in groups.items()] \
-            or [(SENTINEL, "INTEGER", "1")]
-        agg_cols: list[str] = [f"{_q(n)} {t} NOT NULL" for n, t, _ in group_cols]
-        inserts: list[tuple[str, str]] = []  # (column, expression over new_table)
-        updates: list[str] = []
+        group_cols: list[tuple[str, str, sql.Composable]] = [
+            (name, g.type or types[g.from_ or name], _q(g.from_ or name)) for name, g in groups.items()] \
+            or [(SENTINEL, "INTEGER", sql.SQL("1"))]
+        agg_cols: list[sql.Composable] = [sql.SQL("{} {} NOT NULL").format(_q(n), sql.SQL(t)) for n, t, _ in group_cols]
+        inserts: list[tuple[str, sql.Composable]] = []  # (column, expression over new_table)
+        updates: list[sql.Composable] = []
+
+        def add(name: str) -> sql.Composable:  # a running total: the old value plus the epoch's
+            return sql.SQL("{0} = COALESCE(a.{0}, 0) + COALESCE(EXCLUDED.{0}, 0)").format(_q(name))
+
         for name, agg in self.options.aggregate.items():
             source = _q(agg.from_ or name)
-            signed = f"CASE WHEN {_q(GS_OP)} = 'd' THEN -{source} ELSE {source} END"
+            signed = sql.SQL("CASE WHEN {op} = 'd' THEN -{v} ELSE {v} END").format(op=op, v=source)
             if agg.fn == "count":
-                agg_cols.append(f"{_q(name)} {agg.type or 'BIGINT'} NOT NULL DEFAULT 0")
-                inserts.append((name, f"SUM(CASE {_q(GS_OP)} WHEN 'i' THEN 1 WHEN 'd' THEN -1 ELSE 0 END)"))
-                updates.append(f"{_q(name)} = a.{_q(name)} + EXCLUDED.{_q(name)}")
+                agg_cols.append(sql.SQL("{} {} NOT NULL DEFAULT 0").format(_q(name), sql.SQL(agg.type or "BIGINT")))
+                inserts.append((name, sql.SQL("SUM(CASE {} WHEN 'i' THEN 1 WHEN 'd' THEN -1 ELSE 0 END)").format(op)))
+                updates.append(sql.SQL("{0} = a.{0} + EXCLUDED.{0}").format(_q(name)))
             elif agg.fn == "sum":
-                agg_cols.append(f"{_q(name)} {agg.type or 'NUMERIC'}")
-                inserts.append((name, f"SUM({signed})"))
-                updates.append(f"{_q(name)} = COALESCE(a.{_q(name)}, 0) + COALESCE(EXCLUDED.{_q(name)}, 0)")
+                agg_cols.append(sql.SQL("{} {}").format(_q(name), sql.SQL(agg.type or "NUMERIC")))
+                inserts.append((name, sql.SQL("SUM({})").format(signed)))
+                updates.append(add(name))
             elif agg.fn == "avg":
                 total, count = f"{name}_sum", f"{name}_count"
-                agg_cols += [f"{_q(total)} NUMERIC", f"{_q(count)} BIGINT NOT NULL DEFAULT 0",
-                             f"{_q(name)} {agg.type or 'NUMERIC'} GENERATED ALWAYS AS (CASE WHEN {_q(count)} = 0 "
-                             f"THEN NULL ELSE {_q(total)} / {_q(count)} END) STORED"]
-                inserts += [(total, f"SUM({signed})"),
-                            (count, f"SUM(CASE WHEN {source} IS NULL THEN 0 WHEN {_q(GS_OP)} = 'i' THEN 1 "
-                                    f"WHEN {_q(GS_OP)} = 'd' THEN -1 ELSE 0 END)")]
-                updates += [f"{_q(total)} = COALESCE(a.{_q(total)}, 0) + COALESCE(EXCLUDED.{_q(total)}, 0)",
-                            f"{_q(count)} = a.{_q(count)} + EXCLUDED.{_q(count)}"]
+                agg_cols += [sql.SQL("{} NUMERIC").format(_q(total)),
+                             sql.SQL("{} BIGINT NOT NULL DEFAULT 0").format(_q(count)),
+                             sql.SQL("{} {} GENERATED ALWAYS AS (CASE WHEN {c} = 0 THEN NULL ELSE {t} / {c} END) "
+                                     "STORED").format(_q(name), sql.SQL(agg.type or "NUMERIC"), c=_q(count),
+                                                      t=_q(total))]
+                inserts += [(total, sql.SQL("SUM({})").format(signed)),
+                            (count, sql.SQL("SUM(CASE WHEN {v} IS NULL THEN 0 WHEN {op} = 'i' THEN 1 "
+                                            "WHEN {op} = 'd' THEN -1 ELSE 0 END)").format(v=source, op=op))]
+                updates += [add(total), sql.SQL("{0} = a.{0} + EXCLUDED.{0}").format(_q(count))]
             else:  # min / max: inserts only (Streamling: for insert-only streams)
-                agg_cols.append(f"{_q(name)} {agg.type or types[agg.from_ or name]}")
+                agg_cols.append(sql.SQL("{} {}").format(_q(name), sql.SQL(agg.type or types[agg.from_ or name])))
                 fn, pick = ("MIN", "LEAST") if agg.fn == "min" else ("MAX", "GREATEST")
-                inserts.append((name, f"{fn}({source}) FILTER (WHERE {_q(GS_OP)} = 'i')"))
-                updates.append(f"{_q(name)} = {pick}(a.{_q(name)}, EXCLUDED.{_q(name)})")
-        group_names = ", ".join(_q(n) for n, _, _ in group_cols)
-        stmts.append(f"CREATE TABLE IF NOT EXISTS {self.agg} ({', '.join(agg_cols)}, PRIMARY KEY ({group_names}))")
-        select = ", ".join([f"{expr}" for _, _, expr in group_cols] + [expr for _, expr in inserts])
-        group_by = ", ".join(str(i + 1) for i in range(len(group_cols)))
-        stmts.append(
-            f"CREATE OR REPLACE FUNCTION {self.function}() RETURNS trigger LANGUAGE plpgsql AS $fn$\n"
-            f"BEGIN\n"
-            f"  INSERT INTO {self.agg} AS a ({group_names}, {', '.join(_q(c) for c, _ in inserts)})\n"
-            f"  SELECT {select} FROM new_table GROUP BY {group_by}\n"
-            f"  ON CONFLICT ({group_names}) DO UPDATE SET {', '.join(updates)};\n"
-            f"  RETURN NULL;\n"
-            f"END\n$fn$")
-        stmts.append(f"CREATE OR REPLACE TRIGGER {self.trigger} AFTER INSERT ON {self.landing} "
-                     f"REFERENCING NEW TABLE AS new_table FOR EACH STATEMENT EXECUTE FUNCTION {self.function}()")
+                inserts.append((name, sql.SQL(fn + "({}) FILTER (WHERE {} = 'i')").format(source, op)))
+                updates.append(sql.SQL("{0} = " + pick + "(a.{0}, EXCLUDED.{0})").format(_q(name)))
+        group_names = _names(n for n, _, _ in group_cols)
+        stmts.append(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({}))").format(
+            self.agg, _list(agg_cols), group_names))
+        select = _list([expr for _, _, expr in group_cols] + [expr for _, expr in inserts])
+        group_by = sql.SQL(", ".join(str(i + 1) for i in range(len(group_cols))))
+        stmts.append(sql.SQL(
+            "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $fn$\n"
+            "BEGIN\n"
+            "  INSERT INTO {agg} AS a ({groups}, {columns})\n"
+            "  SELECT {select} FROM new_table GROUP BY {group_by}\n"
+            "  ON CONFLICT ({groups}) DO UPDATE SET {updates};\n"
+            "  RETURN NULL;\n"
+            "END\n$fn$").format(fn=self.function, agg=self.agg, groups=group_names,
+                                 columns=_names(c for c, _ in inserts), select=select, group_by=group_by,
+                                 updates=_list(updates)))
+        stmts.append(sql.SQL("CREATE OR REPLACE TRIGGER {} AFTER INSERT ON {} REFERENCING NEW TABLE AS new_table "
+                             "FOR EACH STATEMENT EXECUTE FUNCTION {}()").format(self.trigger, self.landing,
+                                                                                 self.function))
         return stmts
 
     def ddl_statements(self) -> list[str]:
         schema = self.ctx.input_schema
-        return self.ddl(schema) if schema is not None else []
+        return [statement.as_string() for statement in self.ddl(schema)] if schema is not None else []
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -217,13 +242,25 @@ class PostgresAggregateSink(Sink[PostgresAggregateSinkOptions]):
     def _run(self, what: str, action: Any) -> Any:
         import psycopg
 
-        from streamling.postgres import first_line, is_transient, mask, sqlstate_prefix
+        from streamling.postgres import (
+            SINK_LOGIN_HINT,
+            first_line,
+            is_authentication_failure,
+            is_transient,
+            mask,
+            sqlstate_prefix,
+        )
 
         try:
             with self._connections().connection() as conn:
                 return action(conn)
         except psycopg.Error as exc:
             detail = mask(first_line(exc), [self.conn_settings.pass_])
+            if is_authentication_failure(exc):
+                raise StreamlingError(
+                    f"Postgres at {self.target} refused the login of user '{self.conn_settings.user}' ({what}): "
+                    f"{sqlstate_prefix(exc)}{detail}", node=self.name, node_kind=NODE_KIND, code="postgres_auth",
+                    hint=SINK_LOGIN_HINT) from exc
             transient = is_transient(exc)
             raise StreamlingError(
                 f"{what} on Postgres at {self.target} failed: {sqlstate_prefix(exc)}{detail}", node=self.name,
@@ -241,13 +278,13 @@ class PostgresAggregateSink(Sink[PostgresAggregateSinkOptions]):
         def prepare(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction(), conn.cursor() as cur:
                 # One preparer at a time: CREATE OR REPLACE of a function/trigger races otherwise.
-                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.landing,))
+                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.landing.as_string(),))
                 for statement in statements:
-                    cur.execute(statement)  # type: ignore[call-overload]
+                    cur.execute(statement)
 
-        self._run(f"preparing {self.landing} and {self.agg}", prepare)
+        self._run(f"preparing {self.landing.as_string()} and {self.agg.as_string()}", prepare)
         log.info("postgres_aggregate sink '%s' lands rows in %s and aggregates them into %s", self.name,
-                 self.landing, self.agg)
+                 self.landing.as_string(), self.agg.as_string())
 
     def read_back(self, spark: SparkSession) -> TargetReader:
         from streamling.postgres.table_reader import PostgresTableReader
@@ -291,41 +328,44 @@ class PostgresAggregateSink(Sink[PostgresAggregateSinkOptions]):
         buf = io.BytesIO()
         pacsv.write_csv(table, buf, pacsv.WriteOptions(include_header=False, quoting_style="needed"))
         payload = buf.getvalue()
-        names = ", ".join(_q(n) for n in table.column_names)
-        marks = f"{self.schema}.{_q(EPOCHS_TABLE)}"
+        names = _names(table.column_names)
+        marks = sql.Identifier(self.options.schema_, EPOCHS_TABLE)
         stage = _q(f"_stl_stage_{self.options.schema_}_{self.options.landing_table}"[:63])
-        key = ", ".join(_q(k) for k in [*self.ctx.primary_key, GS_OP])
-        refresh = ", ".join(f"{_q(n)} = EXCLUDED.{_q(n)}" for n in table.column_names
-                            if n not in (*self.ctx.primary_key, GS_OP))
+        key = _names([*self.ctx.primary_key, GS_OP])
+        refresh = _list(sql.SQL("{0} = EXCLUDED.{0}").format(_q(n)) for n in table.column_names
+                        if n not in (*self.ctx.primary_key, GS_OP))
 
         def land(conn: psycopg.Connection[Any]) -> bool:
             with conn.transaction(), conn.cursor() as cur:
-                cur.execute(f"CREATE TABLE IF NOT EXISTS {marks} (sink_token TEXT NOT NULL, "  # type: ignore[arg-type]
-                            "sink TEXT NOT NULL, target TEXT NOT NULL, epoch_id BIGINT NOT NULL, updated_at "
-                            "TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (sink_token, sink, target))")
+                cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (sink_token TEXT NOT NULL, sink TEXT NOT NULL, "
+                                    "target TEXT NOT NULL, epoch_id BIGINT NOT NULL, updated_at TIMESTAMPTZ NOT NULL "
+                                    "DEFAULT now(), PRIMARY KEY (sink_token, sink, target))").format(marks))
                 mark = (epoch.sink_token, self.name, self.options.landing_table)
-                cur.execute(f"SELECT epoch_id FROM {marks} WHERE sink_token = %s AND sink = %s "  # type: ignore[arg-type]
-                            "AND target = %s FOR UPDATE", mark)
+                cur.execute(sql.SQL("SELECT epoch_id FROM {} WHERE sink_token = %s AND sink = %s AND target = %s "
+                                    "FOR UPDATE").format(marks), mark)
                 row = cur.fetchone()
                 if epoch.sink_token and row is not None and row[0] >= epoch.epoch_id:
                     return False  # this epoch's rows were already counted
                 if epoch.sink_token and row is not None:  # keep the previous epoch: Streamling's dedup window
-                    cur.execute(f"DELETE FROM {self.landing} WHERE {_q(EPOCH_COL)} <> %s", (row[0],))  # type: ignore[arg-type]
+                    cur.execute(sql.SQL("DELETE FROM {} WHERE {} <> %s").format(self.landing, _q(EPOCH_COL)),
+                                (row[0],))
                 else:
-                    cur.execute(f"DELETE FROM {self.landing}")  # type: ignore[arg-type]
-                cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {self.landing}) "  # type: ignore[arg-type]
-                            "ON COMMIT DELETE ROWS")
-                with cur.copy(f"COPY {stage} ({names}) FROM STDIN (FORMAT csv)") as copy:  # type: ignore[arg-type]
+                    cur.execute(sql.SQL("DELETE FROM {}").format(self.landing))
+                cur.execute(sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {}) ON COMMIT DELETE ROWS").format(
+                    stage, self.landing))
+                with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(stage, names)) as copy:
                     copy.write(payload)
-                cur.execute(f"INSERT INTO {self.landing} ({names}) SELECT {names} FROM {stage} "  # type: ignore[arg-type]
-                            f"ON CONFLICT ({key}) DO UPDATE SET {refresh}")
+                cur.execute(sql.SQL("INSERT INTO {landing} ({names}) SELECT {names} FROM {stage} ON CONFLICT ({key}) "
+                                    "DO UPDATE SET {refresh}").format(landing=self.landing, names=names, stage=stage,
+                                                                      key=key, refresh=refresh))
                 if epoch.sink_token:
-                    cur.execute(f"INSERT INTO {marks} (sink_token, sink, target, epoch_id) "  # type: ignore[arg-type]
-                                "VALUES (%s, %s, %s, %s) ON CONFLICT (sink_token, sink, target) DO UPDATE SET "
-                                "epoch_id = EXCLUDED.epoch_id, updated_at = now()", (*mark, epoch.epoch_id))
+                    cur.execute(sql.SQL("INSERT INTO {} (sink_token, sink, target, epoch_id) VALUES (%s, %s, %s, %s) "
+                                        "ON CONFLICT (sink_token, sink, target) DO UPDATE SET "
+                                        "epoch_id = EXCLUDED.epoch_id, updated_at = now()").format(marks),
+                                (*mark, epoch.epoch_id))
                 return True
 
-        written = self._run(f"writing epoch {epoch.epoch_id} into {self.landing}", land)
+        written = self._run(f"writing epoch {epoch.epoch_id} into {self.landing.as_string()}", land)
         if not written:
             log.info("postgres_aggregate sink '%s': epoch %d was already counted; skipped", self.name, epoch.epoch_id)
         return table.num_rows
