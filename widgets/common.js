@@ -36,6 +36,15 @@ function fmtClock(t) {
   return [d.getHours(), d.getMinutes(), d.getSeconds()].map((x) => String(x).padStart(2, "0")).join(":");
 }
 
+// A moment as the reader's local date and time to the minute ("2026-11-28 04:01"): when a saved
+// widget's run took place, which may be days before it is reopened.
+function fmtWhen(t) {
+  if (!t) return "";
+  const d = new Date(t * 1000);
+  const p = (x) => String(x).padStart(2, "0");
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}`;
+}
+
 // A request to the widget's kernel (a button, a ping, a download). Where the front end exposes the
 // kernel connection (JupyterLab), it goes on the kernel's control channel, which the kernel reads in
 // a thread of its own even while a cell runs (Run All, `%streamling wait`); elsewhere, or if the

@@ -133,7 +133,10 @@ function render({ model, el }) {
   function renderHead() {
     title.textContent = `${model.get("kind")} ${model.get("node")}`;
     let state = model.get("status") || "";
-    if (live === false && /^(running|waiting)/.test(state)) state = "saved snapshot · not live";
+    if (live === false && /^(running|waiting)/.test(state)) {
+      const at = fmtWhen(model.get("updated_at"));
+      state = `saved snapshot${at ? ` from ${at}` : ""} · not live`;
+    }
     parquetButton.hidden = live === false;
     status.dataset.live = live === false ? "false" : "true";
     status.textContent = state;

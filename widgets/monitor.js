@@ -182,7 +182,8 @@ function render({ model, el }) {
     restartButton.disabled = st.startsWith("restarting") || st.startsWith("stopping");
     liveBadge.hidden = live !== false;
     liveBadge.dataset.live = live === false ? "false" : "true";
-    liveBadge.textContent = live === false ? "saved snapshot · not live" : "";
+    const run = fmtWhen(model.get("started_at"));
+    liveBadge.textContent = live !== false ? "" : `saved snapshot${run ? ` of the run of ${run}` : ""} · not live`;
   }
 
   function renderHead() {

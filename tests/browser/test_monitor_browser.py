@@ -243,6 +243,8 @@ def test_monitor_shows_a_running_pipeline(lab: Lab) -> None:
         reopened = page.locator("[data-testid=sl-monitor]")
         reopened.wait_for(timeout=60_000)
         page.locator("[data-testid=sl-live][data-live=false]").wait_for(timeout=30_000)
+        badge = page.locator("[data-testid=sl-live]").text_content() or ""
+        assert re.fullmatch(r"saved snapshot of the run of \d{4}-\d\d-\d\d \d\d:\d\d · not live", badge), badge
         assert not _status(reopened).startswith("running"), _status(reopened)
         assert int(reopened.locator("[data-testid=sl-node][data-node=out]").get_attribute("data-rows") or 0) > 0
         assert reopened.locator("[data-testid=sl-stop]").is_hidden()

@@ -235,6 +235,18 @@ def test_a_node_choice_applies_in_its_views_order_and_a_restart_keeps_it() -> No
     assert m.selected_node == "clicks"
 
 
+def test_the_run_start_is_kept_for_a_saved_monitor_to_show() -> None:
+    m = _monitor()
+    assert m.started_at is None
+    m.handle(ev.FlowStarted("clicks", query_id="q2", sources=["clicks"], sinks=["audit"], bounded=False,
+                            at=1_700_000_050.0))
+    m.handle(ev.FlowStarted("orders", query_id="q", sources=["orders"], sinks=["out"], bounded=False,
+                            at=1_700_000_000.0))
+    with m._lock:
+        m._push()
+    assert m.started_at == 1_700_000_000.0  # the first flow's start is the run's
+
+
 def test_reset_starts_a_new_run_over() -> None:
     m = _monitor()
     m.handle(ev.FlowStarted("orders", query_id="q", sources=["orders"], sinks=["out"], bounded=False, at=0.0))

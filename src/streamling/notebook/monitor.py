@@ -110,6 +110,8 @@ class Monitor(SummarizedWidget):
     epochs: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
     #: {node: {flow, epoch, at, columns, types, rows, count}}
     samples = traitlets.Dict().tag(sync=True)
+    #: when the run began (UNIX seconds, its first flow's start): a saved monitor says whose state it shows
+    started_at = traitlets.Float(None, allow_none=True).tag(sync=True)
     #: the node whose sampled rows are shown; the front end's selector writes it
     selected_node = traitlets.Unicode("").tag(sync=True)
     #: [{t, flow, input, processing}] from Spark's progress of each finalized epoch
@@ -437,6 +439,7 @@ class Monitor(SummarizedWidget):
         try:
             with self.hold_sync():
                 self.status = self._status
+                self.started_at = self._started_at()
                 self.node_stats = self._stats()
                 self.epochs = [dict(r) for r in self._epochs.values()]
                 self.samples = {k: dict(v) for k, v in self._samples.items()}
