@@ -132,7 +132,8 @@ def project(tmp_path: Path, hooks: tuple[str, list[dict[str, Any]]]) -> Iterator
                     python_file: ./jobs/record.py
                     parameters: ["{out / 'chain.jsonl'}", "run={{{{job.run_id}}}}", "who={{{{job.parameters.who}}}}",
                                  "task={{{{task.name}}}}#{{{{task.execution_count}}}}",
-                                 "day={{{{job.start_time.iso_date}}}}", "first={{{{tasks.first.values.t}}}}"]
+                                 "day={{{{job.start_time.iso_date}}}}", "first={{{{tasks.first.values.t}}}}",
+                                 "ended={{{{tasks.first.result_state}}}}#{{{{tasks.first.execution_count}}}}"]
                 - task_key: first
                   spark_python_task: {{python_file: ./jobs/record.py, parameters: ["{out / 'chain.jsonl'}"]}}
             branch:
@@ -260,7 +261,7 @@ def test_retries_dependencies_parameters_concurrency_timeouts_and_notifications(
     [chain_run] = runs(project, "chain")
     day = datetime.datetime.fromtimestamp(chain_run["started_at"], datetime.UTC).date().isoformat()
     assert lines[1]["args"] == [f"run={chain_run['run_id']}", "who=run-time", "task=second#1", f"day={day}",
-                                f"first={json.dumps(lines[0]['t'])}"]
+                                f"first={json.dumps(lines[0]['t'])}", "ended=success#1"]
     # the value the first task set reaches the second through dbutils.jobs.taskValues too
     assert lines[0]["upstream"] is None and lines[1]["upstream"] == lines[0]["t"]
 

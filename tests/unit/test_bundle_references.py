@@ -37,6 +37,27 @@ def test_an_upstream_tasks_value_is_filled_in_and_a_missing_one_fails_the_task()
         resolve("{{tasks.extract.values.nope}}", context, {})
 
 
+def test_upstream_results_and_the_trigger_time_are_filled_in_as_databricks_words_them() -> None:
+    from streamling.bundle.references import task_results
+
+    tasks = [{"task_key": "extract", "state": "succeeded", "attempts": 2},
+             {"task_key": "check", "state": "timed_out", "attempts": 1},
+             {"task_key": "gate", "state": "succeeded", "attempts": 0},  # a condition: no process
+             {"task_key": "skip", "state": "excluded", "attempts": 0},
+             {"task_key": "later", "state": "running", "attempts": 1}]
+    attempts = [{"id": 5, "task_key": "extract"}, {"id": 6, "task_key": "check"}, {"id": 7, "task_key": "extract"}]
+    results = task_results(tasks, attempts)
+    assert "later" not in results  # not ended: nothing to say yet
+    triggered = dt.datetime(2026, 11, 27, 8, 4, 0, tzinfo=dt.UTC).timestamp()
+    context = RunContext(**{**CONTEXT.__dict__, "task_results": results, "trigger_time": triggered})
+    text = ("{{tasks.extract.result_state}}/{{tasks.extract.execution_count}}/{{tasks.extract.run_id}}/"
+            "[{{tasks.extract.error_code}}] {{tasks.check.result_state}}/{{tasks.check.error_code}} "
+            "{{tasks.gate.run_id}}|{{tasks.skip.result_state}} {{job.trigger.time.iso_datetime}} "
+            "{{job.start_time.iso_datetime}}")
+    assert resolve(text, context, {}) == ("success/2/7/[] timedout/RunExecutionError |excluded "
+                                          "2026-11-27T08:04:00Z 2026-11-27T08:05:09Z")
+
+
 def test_task_values_in_a_job_and_outside_one(tmp_path: Path) -> None:
     out = tmp_path / "load.log.values.json"
     job = TaskValues({TASK_VALUES_ENV: '{"extract": {"rows": 3}}', TASK_VALUES_FILE_ENV: str(out)})
@@ -62,7 +83,8 @@ def test_a_reference_that_cannot_be_filled_in_is_named_before_anything_runs() ->
         "unknown reference '{{job.run}}' (did you mean 'job.run_id'?); valid: {{job.id}}, {{job.name}}, "
         "{{job.run_id}}, {{job.repair_count}}, {{job.trigger.type}}, {{task.name}}, {{task.run_id}}, "
         "{{task.execution_count}}, {{task.notebook_path}}, {{workspace.id}}, {{workspace.url}}, "
-        "{{job.start_time.<part>}}, {{job.parameters.<name>}}"]
+        "{{job.start_time.<part>}}, {{job.trigger.time.<part>}}, {{job.parameters.<name>}}, "
+        "{{tasks.<task>.values.<key>}}, {{tasks.<task>.result_state}}"]
     assert check("{{job.parameters.regoin}}", ["region"]) == [
         "'{{job.parameters.regoin}}' names job parameter 'regoin', which the job does not declare "
         "(did you mean 'region'?)"]
@@ -70,9 +92,12 @@ def test_a_reference_that_cannot_be_filled_in_is_named_before_anything_runs() ->
     assert check("{{tasks.laod.values.rows}}", [], upstream=["load"]) == [
         "'{{tasks.laod.values.rows}}' reads a value of task 'laod', which this task does not depend on "
         "(did you mean 'load'?)"]
-    assert check("{{tasks.load.run_id}}", [], upstream=["load"]) == [
-        "'{{tasks.load.run_id}}': of other tasks, only their values ({{tasks.<task>.values.<key>}}) are filled in "
-        "here"]
+    assert check("{{tasks.load.run_id}} {{tasks.load.result_state}}", [], upstream=["load"]) == []
+    assert check("{{tasks.extract.error_code}}", [], upstream=["load"]) == [
+        "'{{tasks.extract.error_code}}' reads the result of task 'extract', which this task does not depend on"]
+    assert check("{{tasks.load.state}}", [], upstream=["load"]) == [
+        "'{{tasks.load.state}}': of another task, {{tasks.<task>.values.<key>}}, .result_state, .error_code, "
+        ".execution_count and .run_id are filled in"]
     assert check("no references, {single} braces", []) == []
 
 

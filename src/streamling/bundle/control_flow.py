@@ -38,6 +38,8 @@ class ControlFlow:
     def context(self, deployment: dict[str, Any] | None, run_id: int, job_key: str, task_key: str, attempt_id: int,
                 number: int) -> dict[str, Any]:
         """What Databricks' dynamic value references ({{job.run_id}}, {{tasks.t.values.k}}…) read."""
+        from streamling.bundle.references import task_results
+
         run = self.store.run(run_id)
         jobs = (deployment or {}).get("jobs", {})
         job = jobs.get(job_key) or {}
@@ -51,7 +53,10 @@ class ControlFlow:
                 "trigger": outer.trigger if outer else "manual",
                 "notebook_path": str(task_record.get("notebook_path") or ""), "workspace": str(self.root),
                 "task_values": self.store.task_values(outer.id if outer else run_id),
-                "input": run.params.get(ITERATION_INPUT) if run is not None else None}
+                "input": run.params.get(ITERATION_INPUT) if run is not None else None,
+                "trigger_time": outer.created_at if outer else 0.0,
+                "task_results": task_results(self.store.tasks(outer.id if outer else run_id),
+                                             self.store.attempts(outer.id if outer else run_id))}
 
     def evaluate(self, deployment: dict[str, Any] | None, run_id: int, job_key: str, task_key: str,
                  params: dict[str, str], now: float) -> None:

@@ -5,6 +5,7 @@ defaults may hold references that the job runner fills in when the task starts, 
 does: ``{{job.id}}``, ``{{job.name}}``, ``{{job.run_id}}``, ``{{job.repair_count}}``,
 ``{{job.trigger.type}}``, ``{{job.start_time.<part>}}`` (``iso_date``, ``iso_datetime``, ``year``,
 ``month``, ``day``, ``hour``, ``minute``, ``second``, ``timestamp_ms``, ``is_weekday``, in UTC),
+``{{job.trigger.time.<part>}}`` (the same parts, of the moment the run was triggered: created),
 ``{{job.parameters.<name>}}`` (or ``{{job.parameters.[name]}}``), ``{{task.name}}``,
 ``{{task.run_id}}``, ``{{task.execution_count}}``, ``{{task.notebook_path}}``, ``{{workspace.id}}``,
 ``{{workspace.url}}`` and the deprecated ``{{job_id}}``, ``{{run_id}}``, ``{{parent_run_id}}``,
@@ -15,10 +16,14 @@ anything else as JSON).
 
 ``{{tasks.<task>.values.<key>}}`` is what an upstream task set with ``dbutils.jobs.taskValues.set``
 (a string as it is, anything else as JSON); a value the task did not set fails the task that reads
-it. ``check`` finds what cannot be filled in before anything runs: an unknown reference (naming the
-valid ones), a job parameter the job does not declare, a value of a task this one does not depend
-on, and other tasks' results (``{{tasks.<task>.run_id}}``…), which this runner does not record —
-a validation error, never a parameter left unreplaced or silently empty.
+it. An upstream task's result is ``{{tasks.<task>.result_state}}`` (Databricks' words: ``success``,
+``failed``, ``timedout``, ``canceled``, ``excluded``, ``upstream_failed``),
+``{{tasks.<task>.error_code}}`` (``RunExecutionError`` when it failed or timed out, else empty),
+``{{tasks.<task>.execution_count}}`` (its attempts) and ``{{tasks.<task>.run_id}}`` (its last
+attempt's id; empty for a task that started no process: a condition, an excluded task). ``check``
+finds what cannot be filled in before anything runs: an unknown reference (naming the valid ones),
+a job parameter the job does not declare, and a value or result of a task this one does not depend
+on — a validation error, never a parameter left unreplaced or silently empty.
 """
 
 from __future__ import annotations
@@ -43,11 +48,15 @@ _START_PARTS = ("iso_date", "iso_datetime", "year", "month", "day", "hour", "min
                 "is_weekday")
 _NAMES = ("job.id", "job.name", "job.run_id", "job.repair_count", "job.trigger.type", "task.name", "task.run_id",
           "task.execution_count", "task.notebook_path", "workspace.id", "workspace.url",
-          *(f"job.start_time.{p}" for p in _START_PARTS),
+          *(f"job.start_time.{p}" for p in _START_PARTS), *(f"job.trigger.time.{p}" for p in _START_PARTS),
           # deprecated forms Databricks still fills in
           "job_id", "run_id", "parent_run_id", "task_key", "task_retry_count", "start_date", "start_time")
 _PARAMETER = re.compile(r"job\.parameters\.(?:\[(?P<quoted>[^\]]+)\]|(?P<plain>[A-Za-z0-9_.\-]+))$")
 _TASK_VALUE = re.compile(r"tasks\.(?P<task>[^.]+)\.values\.(?P<key>.+)$")
+_TASK_RESULT = re.compile(r"tasks\.(?P<task>[^.]+)\.(?P<field>result_state|error_code|execution_count|run_id)$")
+#: the runner's end states of a task, as Databricks' ``result_state`` says them
+RESULT_STATES = {"succeeded": "success", "failed": "failed", "timed_out": "timedout", "cancelled": "canceled",
+                 "excluded": "excluded", "upstream_failed": "upstream_failed"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,10 @@ class RunContext:
     task_values: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: in an iteration of a for-each task: its input, as ``{{input}}`` gives it
     input: str | None = None
+    #: when the run was triggered (created), Unix seconds; 0: its start
+    trigger_time: float = 0.0
+    #: the run's ended tasks: task → {result_state, error_code, execution_count, run_id}
+    task_results: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def check(text: str, job_parameters: Iterable[str], upstream: Iterable[str] = (), iteration: bool = False) -> list[str]:
@@ -90,19 +103,21 @@ def check(text: str, job_parameters: Iterable[str], upstream: Iterable[str] = ()
                 problems.append(f"'{{{{{name}}}}}' names job parameter '{wanted}', which the job does not declare"
                                 f"{did_you_mean(wanted, declared)}")
             continue
-        value = _TASK_VALUE.match(name)
+        value = _TASK_VALUE.match(name) or _TASK_RESULT.match(name)
         if value is not None:
+            what = "a value" if value.re is _TASK_VALUE else "the result"
             if value.group("task") not in before:
-                problems.append(f"'{{{{{name}}}}}' reads a value of task '{value.group('task')}', which this task "
+                problems.append(f"'{{{{{name}}}}}' reads {what} of task '{value.group('task')}', which this task "
                                 f"does not depend on{did_you_mean(value.group('task'), before)}")
             continue
         if name.startswith("tasks."):
-            problems.append(f"'{{{{{name}}}}}': of other tasks, only their values ({{{{tasks.<task>.values.<key>}}}}) "
-                            "are filled in here")
+            problems.append(f"'{{{{{name}}}}}': of another task, {{{{tasks.<task>.values.<key>}}}}, .result_state, "
+                            ".error_code, .execution_count and .run_id are filled in")
             continue
         problems.append(f"unknown reference '{{{{{name}}}}}'{did_you_mean(name, list(_NAMES), cutoff=0.7)}; "
                         f"valid: {', '.join('{{' + n + '}}' for n in _NAMES[:11])}, {{{{job.start_time.<part>}}}}, "
-                        "{{job.parameters.<name>}}")
+                        "{{job.trigger.time.<part>}}, {{job.parameters.<name>}}, {{tasks.<task>.values.<key>}}, "
+                        "{{tasks.<task>.result_state}}")
     return problems
 
 
@@ -155,7 +170,9 @@ def resolve(text: str, context: RunContext, job_parameters: Mapping[str, str]) -
     if "{{" not in text:
         return text
     start = dt.datetime.fromtimestamp(context.start_time, dt.UTC)
-    values = {
+    triggered = context.trigger_time or context.start_time
+    values = {**_moment("job.start_time", start, context.start_time),
+              **_moment("job.trigger.time", dt.datetime.fromtimestamp(triggered, dt.UTC), triggered),
         "job.id": context.job_key, "job_id": context.job_key, "job.name": context.job_name,
         "job.run_id": str(context.run_id), "run_id": str(context.attempt_id), "parent_run_id": str(context.run_id),
         "job.repair_count": "0", "job.trigger.type": context.trigger,
@@ -164,13 +181,6 @@ def resolve(text: str, context: RunContext, job_parameters: Mapping[str, str]) -
         "task.notebook_path": context.notebook_path, "workspace.id": context.workspace,
         "workspace.url": f"file://{context.workspace}" if context.workspace else "",
         "start_date": start.date().isoformat(), "start_time": str(int(context.start_time * 1000)),
-        "job.start_time.iso_date": start.date().isoformat(),
-        "job.start_time.iso_datetime": start.isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "job.start_time.year": str(start.year), "job.start_time.month": str(start.month),
-        "job.start_time.day": str(start.day), "job.start_time.hour": str(start.hour),
-        "job.start_time.minute": str(start.minute), "job.start_time.second": str(start.second),
-        "job.start_time.timestamp_ms": str(int(context.start_time * 1000)),
-        "job.start_time.is_weekday": "true" if start.weekday() < 5 else "false",
     }
 
     def fill(match: re.Match[str]) -> str:
@@ -188,11 +198,41 @@ def resolve(text: str, context: RunContext, job_parameters: Mapping[str, str]) -
                                       hint="set it there with dbutils.jobs.taskValues.set(key, value)")
             item = got[task_value.group("key")]
             return item if isinstance(item, str) else json.dumps(item)
+        result = _TASK_RESULT.match(name)
+        if result is not None:
+            # check() let only tasks this one depends on through, and those have ended
+            return context.task_results.get(result.group("task"), {}).get(result.group("field"), "")
         if name == "input" and context.input is not None:
             return context.input
         return values.get(name, match.group(0))
 
     return REFERENCE.sub(fill, text)
+
+
+def _moment(prefix: str, when: dt.datetime, seconds: float) -> dict[str, str]:
+    """``{{<prefix>.<part>}}`` of a moment, in UTC, as Databricks gives them."""
+    return {f"{prefix}.iso_date": when.date().isoformat(),
+            f"{prefix}.iso_datetime": when.isoformat(timespec="seconds").replace("+00:00", "Z"),
+            f"{prefix}.year": str(when.year), f"{prefix}.month": str(when.month), f"{prefix}.day": str(when.day),
+            f"{prefix}.hour": str(when.hour), f"{prefix}.minute": str(when.minute),
+            f"{prefix}.second": str(when.second), f"{prefix}.timestamp_ms": str(int(seconds * 1000)),
+            f"{prefix}.is_weekday": "true" if when.weekday() < 5 else "false"}
+
+
+def task_results(tasks: Iterable[Mapping[str, Any]],
+                 attempts: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """What ``{{tasks.<task>.result_state}}``… read: the run's ended tasks from the run store's rows."""
+    last_attempt = {str(a["task_key"]): str(a["id"]) for a in attempts}  # ordered by id: the last one wins
+    out = {}
+    for task in tasks:
+        state = RESULT_STATES.get(str(task["state"]))
+        if state is None:  # not ended
+            continue
+        key = str(task["task_key"])
+        failed = state in ("failed", "timedout")
+        out[key] = {"result_state": state, "error_code": "RunExecutionError" if failed else "",
+                    "execution_count": str(int(task["attempts"] or 0)), "run_id": last_attempt.get(key, "")}
+    return out
 
 
 def job_parameter_values(job: Mapping[str, Any], run_params: Mapping[str, str]) -> dict[str, str]:
