@@ -109,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``streamling ARGV…`` in this process, returning its exit code: the console script's entry
     point, and what a bundle's job driver calls for a task that runs Streamling itself, so such a
     task parses, logs and exits exactly as the command does."""
+    command = argv is None  # the console script itself, not a caller (a bundle task, a test)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bundle"]:
         from streamling.bundle.cli import main as bundle_main
@@ -141,6 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "" if args.debug else " (run with --debug for the trace, and report it)",
                   exc_info=args.debug)
         return 2
+    finally:
+        if command:  # the next run of the command starts with the JVM's classes ready
+            from streamling.runtime.session import build_missing_class_archive
+
+            build_missing_class_archive()
 
 
 def _release_closed_stdout() -> None:

@@ -70,3 +70,34 @@ def test_an_existing_archive_is_not_rebuilt(jars: list[Path], monkeypatch: pytes
 
     monkeypatch.setattr(subprocess, "run", no_build)
     assert class_archive.build(jars) == path
+
+
+def test_the_command_builds_a_missing_archive_in_the_background_once(jars: list[Path],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain install has no archive: the command's first run starts one build, detached and niced,
+    after the run; not while one is under way, not again within a day of one that failed."""
+    started: list[dict[str, Any]] = []
+
+    def popen(args: list[str], **kwargs: Any) -> None:
+        started.append({"args": args, **kwargs})
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    path = class_archive.archive_path(jars)
+    assert path is not None
+    assert class_archive.build_in_background(jars) is True
+    [call] = started
+    assert call["args"][-3:] == ["--build", *map(str, jars)] and call["start_new_session"] is True
+    assert call["stdout"] is subprocess.DEVNULL and callable(call["preexec_fn"])
+
+    path.parent.mkdir(parents=True)
+    building = path.parent / f".{os.getpid()}.{class_archive.ARCHIVE}"  # a live build's temporary file
+    building.write_bytes(b"")
+    assert class_archive.build_in_background(jars) is False
+    building.unlink()
+    (path.parent / class_archive.FAILED).touch()  # a build that failed just now
+    assert class_archive.build_in_background(jars) is False
+    os.utime(path.parent / class_archive.FAILED, (0, 0))  # … a day ago and more
+    assert class_archive.build_in_background(jars) is True
+    path.write_bytes(b"archive")
+    assert class_archive.build_in_background(jars) is False
+    assert len(started) == 2

@@ -11,7 +11,8 @@ The archive is built by ``build()`` (``fixtures/dev setup`` runs it) with a smal
 JVM of its own, into ``$STREAMLING_CACHE_DIR/cds/<key>/``; the key covers what the JVM checks
 before it uses an archive (the JDK, the class path's jars and their sizes and times), so a changed
 install builds a new one instead of tripping over the old. A local session whose archive is
-missing starts as before.
+missing starts as before; once the command's run is over, ``build_in_background`` builds it in a
+detached, lower-priority process, so that a plain ``pip install`` gets it from its second run on.
 """
 
 from __future__ import annotations
@@ -124,5 +125,39 @@ def build(jars: list[Path]) -> Path | None:
     return path
 
 
+#: a build attempt that failed: no other attempt for a day (a JDK without CDS fails every time)
+FAILED = ".failed"
+RETRY_FAILED_SECS = 24 * 3600
+
+
+def build_in_background(jars: list[Path]) -> bool:
+    """Start ``build(jars)`` in a detached, niced process unless the archive exists, a build is
+    under way or one failed within the last day. Returns whether one was started. The command
+    calls this after its run, so the build never competes with the pipeline."""
+    import time
+
+    path = archive_path(jars)
+    if path is None or path.exists() or any(process_alive(t.name.split(".")[1]) for t in path.parent.glob(
+            f".*.{ARCHIVE}")):
+        return False
+    failed = path.parent / FAILED
+    if failed.exists() and time.time() - failed.stat().st_mtime < RETRY_FAILED_SECS:
+        return False
+    subprocess.Popen([sys.executable, "-m", "streamling.runtime.class_archive", "--build", *map(str, jars)],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True, preexec_fn=lambda: os.nice(10))
+    return True
+
+
+def _build_or_mark(jars: list[Path]) -> None:
+    path = archive_path(jars)
+    if build(jars) is None and path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.parent / FAILED).touch()
+
+
 if __name__ == "__main__":
-    _train(Path(sys.argv[1]))
+    if sys.argv[1:2] == ["--build"]:
+        _build_or_mark([Path(j) for j in sys.argv[2:]])
+    else:
+        _train(Path(sys.argv[1]))

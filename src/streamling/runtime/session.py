@@ -234,6 +234,20 @@ def claim_executors(spark: SparkSession) -> None:
 
 #: this process's driver JVM was launched by ``prelaunch``, for the session ``build_session`` makes next
 _prelaunched = False
+#: the jars of this process's local driver JVM when it started without a class archive for them
+_archive_missing: list[Path] | None = None
+
+
+def build_missing_class_archive() -> bool:
+    """After a local run whose driver had no class archive: build one in the background for the
+    next run (``class_archive.build_in_background``). Returns whether a build was started."""
+    if _archive_missing is None or os.environ.get("STREAMLING_CLASS_ARCHIVE") == "0":
+        return False
+    try:
+        return class_archive.build_in_background(_archive_missing)
+    except OSError as exc:  # only start-up time depends on it
+        log.debug("no background class archive build: %s", exc)
+        return False
 
 
 def session_key(settings: Settings, app_name: str = "streamling") -> str:
@@ -345,7 +359,10 @@ def _configure(settings: Settings, app_name: str, ui: bool, java_options: str,
         # come through Spark's own class loader, which the archive cannot serve (a cluster driver's
         # session took 13.6 s to start, a local one 4.3 s). Only while this process has not
         # launched its JVM yet: a class path is fixed at launch.
-        options.append(class_archive.java_options(jars))
+        archive = class_archive.java_options(jars)
+        options.append(archive)
+        global _archive_missing
+        _archive_missing = list(jars) if local and not archive else None
         own = [str(j) for j in jars]
         paths = own + [str(_local_jar(j)) for j in cached if j not in own]
         paths += [p for p in [user_conf.pop(CLASS_PATH, "")] if p]
