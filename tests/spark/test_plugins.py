@@ -250,8 +250,10 @@ def test_a_plugin_sink_keeps_its_instances_across_epochs_in_a_worker_and_a_new_r
     # on_epoch_flushed on every partition's instance, every epoch
     assert sorted((e["epoch"], e["partition"]) for e in flushed) == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
     created = {e["instance"]: e for e in first if e["hook"] == "sink_created" and e["role"] == "executor"}
-    # one construction per partition and worker: the worker's later epochs of the partition reused it
-    assert len({(e["partition"], e["pid"]) for e in created.values()}) == len(created) < len(flushed)
+    # at most one construction per partition and worker: a worker's later epochs of a partition reuse
+    # it (which worker gets a task is Spark's choice: a session with many idle workers may give every
+    # epoch's task to another one; the cache's unit tests show the reuse itself deterministically)
+    assert len({(e["partition"], e["pid"]) for e in created.values()}) == len(created) <= len(flushed)
     for e in flushed:
         assert (created[e["instance"]]["partition"], created[e["instance"]]["pid"]) == (e["partition"], e["pid"])
     assert not [e for e in first if e["hook"] == "sink_closed" and e["role"] == "executor"]
