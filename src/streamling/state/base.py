@@ -9,6 +9,7 @@ database never see each other's keys.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -51,7 +52,7 @@ class StateBackend(Protocol):
         ...
 
 
-class SqlStateBackend:
+class SqlStateBackend(ABC):
     """What the SQL backends (SQLite, Postgres) share: a put is a ``put_many`` of one, and both store
     the same ``(namespace, key, JSON)`` rows, each value checked by ``encode`` before any is written."""
 
@@ -65,9 +66,9 @@ class SqlStateBackend:
         if rows:
             self.upsert_rows(rows)
 
+    @abstractmethod
     def upsert_rows(self, rows: list[tuple[str, str, str]]) -> None:
         """Insert or replace ``(namespace, key, JSON)`` rows in one transaction."""
-        raise NotImplementedError
 
 
 def encode(key: str, data: Mapping[str, Any]) -> str:
